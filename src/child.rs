@@ -1,0 +1,189 @@
+//! The command as a supervised process group.
+//!
+//! - The command leads its own process group, so one `killpg` reaches everything it started
+//!   that stayed in the group (a shell's children, a pipeline).
+//! - It dies with the wrapper: `PR_SET_PDEATHSIG` delivers SIGKILL when the thread that forked
+//!   it exits. The fork happens on the main thread (the runtime is current-thread), which lives
+//!   as long as the process. Processes the command starts are not covered by that (the
+//!   setting is not inherited); they are covered on every path where the wrapper still runs,
+//!   because the wrapper is a child subreaper and stops whatever is left in the group.
+//! - When stdin is the terminal and the wrapper is in its foreground, the command's group
+//!   gets the foreground (or it would be stopped by SIGTTIN when it reads), and the wrapper
+//!   takes it back afterwards.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::process::CommandExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
+
+use crate::config;
+
+/// Why the command could not be started.
+#[derive(Debug)]
+pub enum SpawnError {
+    NotFound(io::Error),
+    NotExecutable(io::Error),
+}
+
+/// A running command and its process group.
+pub struct Job {
+    child: tokio::process::Child,
+    group: Pid,
+    took_terminal: bool,
+}
+
+/// Make this process the reaper of orphans it leaves behind, so processes the command started
+/// and abandoned can be found, stopped and reaped after the command exits.
+pub fn become_subreaper() {
+    // SAFETY: plain prctl with integer arguments. Failure only weakens the cleanup of
+    // leftovers, so it is ignored.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+}
+
+impl Job {
+    /// Start `command` with the extra environment `env`. Must be called from the main thread.
+    pub fn spawn(command: &config::Command, env: &[(&str, String)]) -> Result<Job, SpawnError> {
+        let mut cmd = std::process::Command::new(&command.program);
+        cmd.args(&command.args);
+        cmd.envs(env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+        cmd.process_group(0);
+        let take_terminal = owns_terminal_foreground();
+        let wrapper = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs in the forked child before exec and calls only
+        // async-signal-safe functions (setpgid, prctl, getppid, kill, sigprocmask, tcsetpgrp).
+        unsafe {
+            cmd.pre_exec(move || {
+                // Be the group leader already, whatever order std applies its own setup in;
+                // tcsetpgrp below needs the group to exist.
+                libc::setpgid(0, 0);
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The wrapper may have died between fork and prctl; then nobody would kill us.
+                if libc::getppid() != wrapper {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+                if take_terminal {
+                    // A background group calling tcsetpgrp gets SIGTTOU unless it is blocked.
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    let mut old: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigaddset(&mut set, libc::SIGTTOU);
+                    libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
+                    libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
+                    libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+                }
+                Ok(())
+            });
+        }
+        let child = tokio::process::Command::from(cmd)
+            .spawn()
+            .map_err(classify_spawn_error)?;
+        let pid = child.id().map(|id| id as libc::pid_t).unwrap_or(0);
+        Ok(Job {
+            child,
+            group: Pid::from_raw(pid),
+            took_terminal: take_terminal,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.group.as_raw() as u32
+    }
+
+    /// Send `sig` to the whole process group. A group that is already gone is not an error.
+    pub fn signal(&self, sig: Signal) {
+        let _ = killpg(self.group, sig);
+    }
+
+    /// Wait for the group leader to exit. Cancel-safe.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// After the leader exited: stop whatever is left in its group (SIGTERM, SIGKILL after
+    /// `grace`), reap it, and give the terminal back. Nothing the command started in its group
+    /// may keep running once the lock is released.
+    pub async fn finish(self, grace: Duration) {
+        if group_alive(self.group) {
+            let _ = killpg(self.group, Signal::SIGTERM);
+            let _ = killpg(self.group, Signal::SIGCONT);
+            if !wait_group_gone(self.group, grace).await {
+                let _ = killpg(self.group, Signal::SIGKILL);
+                wait_group_gone(self.group, Duration::from_secs(5)).await;
+            }
+        }
+        reap_orphans();
+        if self.took_terminal {
+            take_terminal_back();
+        }
+    }
+}
+
+fn classify_spawn_error(err: io::Error) -> SpawnError {
+    match err.kind() {
+        io::ErrorKind::NotFound => SpawnError::NotFound(err),
+        _ => SpawnError::NotExecutable(err),
+    }
+}
+
+/// True when stdin is a terminal whose foreground group is ours.
+fn owns_terminal_foreground() -> bool {
+    // SAFETY: fd 0 stays open for the process lifetime; we only borrow it for this call.
+    let stdin = unsafe { BorrowedFd::borrow_raw(libc::STDIN_FILENO) };
+    std::io::IsTerminal::is_terminal(&std::io::stdin())
+        && nix::unistd::tcgetpgrp(stdin).is_ok_and(|fg| fg == nix::unistd::getpgrp())
+}
+
+fn take_terminal_back() {
+    // SAFETY: same calls as in the child; SIGTTOU is blocked around tcsetpgrp because the
+    // wrapper is a background group at this point.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
+
+/// Any process (zombies included) still in the group?
+fn group_alive(group: Pid) -> bool {
+    reap_orphans();
+    !matches!(killpg(group, None), Err(Errno::ESRCH))
+}
+
+/// Poll until the group is empty or `within` has passed. Returns whether it is empty.
+async fn wait_group_gone(group: Pid, within: Duration) -> bool {
+    let step = Duration::from_millis(10);
+    let mut waited = Duration::ZERO;
+    while group_alive(group) {
+        if waited >= within {
+            return false;
+        }
+        tokio::time::sleep(step).await;
+        waited += step;
+    }
+    true
+}
+
+/// Reap every exited process reparented to us. Only called once the leader has been waited
+/// for, so it cannot steal the leader's status from tokio.
+fn reap_orphans() {
+    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if status == nix::sys::wait::WaitStatus::StillAlive {
+            break;
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Turns parsed flags into checked settings. Everything here runs before Redis is contacted
+//! and before the command is spawned, so bad input can never lead to a run without the lock.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::cli::{ConnArgs, RunArgs, Wait};
+use crate::lease;
+
+/// A problem with the command line, reported as one line and exit code 2.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+fn usage(msg: impl Into<String>) -> UsageError {
+    UsageError(msg.into())
+}
+
+/// Where the lock lives: the Redis server and the key.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub redis: redis::ConnectionInfo,
+    /// The URL with any password replaced by `***`, for messages.
+    pub redis_shown: String,
+    pub key: String,
+    pub timeout: Duration,
+}
+
+/// What to run and how.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub target: Target,
+    pub ttl: Duration,
+    pub heartbeat: Duration,
+    pub grace: Duration,
+    pub wait: Wait,
+    pub conflict_exit_code: u8,
+    pub max_runtime: Option<Duration>,
+    pub hold_at_least: Option<Duration>,
+    pub min_replicas: u32,
+    pub replica_timeout: Duration,
+    pub command: Command,
+}
+
+/// The child to spawn.
+#[derive(Debug, Clone)]
+pub struct Command {
+    pub program: OsString,
+    pub args: Vec<OsString>,
+    /// Short text for messages and `status`.
+    pub display: String,
+}
+
+impl Target {
+    pub fn from_args(conn: &ConnArgs) -> Result<Self, UsageError> {
+        let name = conn
+            .key
+            .as_deref()
+            .ok_or_else(|| usage("missing --key (or REDLOCK_KEY): the lock name is required"))?;
+        if name.is_empty() {
+            return Err(usage("--key is empty: give the lock a name"));
+        }
+        let key = format!("{}{}", conn.prefix, name);
+        if conn.connect_timeout.is_zero() {
+            return Err(usage("--connect-timeout must be more than 0"));
+        }
+        let redis_shown = redact_url(&conn.redis);
+        let mut redis = parse_url(&conn.redis, &redis_shown)?;
+        if let Some(path) = &conn.password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                usage(format!("cannot read --password-file {}: {e}", path.display()))
+            })?;
+            let password = text.trim_end_matches(['\n', '\r']);
+            if password.is_empty() {
+                return Err(usage(format!("--password-file {} is empty", path.display())));
+            }
+            let settings = redis.redis_settings().clone().set_password(password);
+            redis = redis.set_redis_settings(settings);
+        }
+        Ok(Target {
+            redis,
+            redis_shown,
+            key,
+            timeout: conn.connect_timeout,
+        })
+    }
+}
+
+impl RunConfig {
+    pub fn from_args(conn: &ConnArgs, run: &RunArgs) -> Result<Self, UsageError> {
+        let command = command_from_args(run)?;
+        let ttl = run.ttl;
+        if ttl < Duration::from_millis(10) {
+            return Err(usage(format!(
+                "--ttl {} is too short: use at least 10ms",
+                show(ttl)
+            )));
+        }
+        // Redis takes PX in whole milliseconds; refuse what it would round.
+        if ttl.subsec_nanos() % 1_000_000 != 0 {
+            return Err(usage("--ttl must be a whole number of milliseconds"));
+        }
+        let heartbeat = run.heartbeat.unwrap_or(ttl / 3);
+        if heartbeat.is_zero() || heartbeat >= ttl {
+            return Err(usage(format!(
+                "--heartbeat {} must be more than 0 and shorter than --ttl {}",
+                show(heartbeat),
+                show(ttl)
+            )));
+        }
+        let grace = match run.grace {
+            Some(g) if g >= ttl => {
+                return Err(usage(format!(
+                    "--grace {} must be shorter than --ttl {}",
+                    show(g),
+                    show(ttl)
+                )))
+            }
+            Some(g) => g,
+            None => (ttl / 3).min(Duration::from_secs(10)),
+        };
+        // The first renewal must be due before the command would be told to stop.
+        let room = ttl
+            .checked_sub(lease::drift(ttl))
+            .and_then(|d| d.checked_sub(grace));
+        if !room.is_some_and(|room| heartbeat < room) {
+            return Err(usage(format!(
+                "--heartbeat {} plus --grace {} leave no time to renew within --ttl {}",
+                show(heartbeat),
+                show(grace),
+                show(ttl)
+            )));
+        }
+        if run.max_runtime.is_some_and(|d| d.is_zero()) {
+            return Err(usage("--max-runtime must be more than 0"));
+        }
+        if run.min_replicas > 0 && run.replica_timeout.is_zero() {
+            return Err(usage("--replica-timeout must be more than 0"));
+        }
+        if run.min_replicas > 0 && run.replica_timeout >= ttl - grace {
+            return Err(usage(format!(
+                "--replica-timeout {} must be shorter than --ttl minus --grace",
+                show(run.replica_timeout)
+            )));
+        }
+        Ok(RunConfig {
+            target: Target::from_args(conn)?,
+            ttl,
+            heartbeat,
+            grace,
+            wait: run.wait,
+            conflict_exit_code: run.conflict_exit_code,
+            max_runtime: run.max_runtime,
+            hold_at_least: run.hold_at_least.filter(|d| !d.is_zero()),
+            min_replicas: run.min_replicas,
+            replica_timeout: run.replica_timeout,
+            command,
+        })
+    }
+}
+
+fn command_from_args(run: &RunArgs) -> Result<Command, UsageError> {
+    match (&run.shell, run.command.split_first()) {
+        (Some(_), Some(_)) => Err(usage("give either -c SHELL_STRING or a command after --, not both")),
+        (Some(script), None) => {
+            if script.trim().is_empty() {
+                return Err(usage("-c is empty: give the shell command to run"));
+            }
+            Ok(Command {
+                program: "/bin/sh".into(),
+                args: vec!["-c".into(), shell_script(script).into()],
+                display: truncate(script, 200),
+            })
+        }
+        (None, Some((program, args))) => {
+            if program.is_empty() {
+                return Err(usage("the command after -- is empty"));
+            }
+            let display = std::iter::once(program)
+                .chain(args)
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ");
+            Ok(Command {
+                program: program.clone(),
+                args: args.to_vec(),
+                display: truncate(&display, 200),
+            })
+        }
+        (None, None) => Err(usage(
+            "no command: give one after -- (redlock-run --key K -- CMD ARGS) or use -c 'SHELL STRING'",
+        )),
+    }
+}
+
+/// For a single simple command, prefix `exec` so the shell is replaced by the command: signals
+/// to the child then reach the program itself, and no shell lingers between them.
+fn shell_script(script: &str) -> String {
+    let simple = !script.is_empty()
+        && script.chars().all(|c| {
+            c.is_ascii_alphanumeric() || " \t_-./=:,+@%".contains(c)
+        })
+        && script
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| !w.contains('=') && !SHELL_WORDS.contains(&w));
+    if simple {
+        format!("exec {script}")
+    } else {
+        script.to_owned()
+    }
+}
+
+/// Reserved words and builtins that `exec` cannot run.
+const SHELL_WORDS: &[&str] = &[
+    "if", "then", "else", "elif", "fi", "case", "esac", "for", "while", "until", "do", "done",
+    "in", "function", "select", "time", "cd", "export", "set", "unset", "trap", "alias", "read",
+    "source", ".", "eval", "exec", "exit", "return", "shift", "wait", "ulimit", "umask", "test",
+    "true", "false", ":", "echo", "printf", "kill", "type", "command", "local", "readonly",
+];
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+fn show(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn parse_url(url: &str, shown: &str) -> Result<redis::ConnectionInfo, UsageError> {
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    match scheme {
+        Some("redis" | "rediss" | "unix" | "redis+unix") => {}
+        Some(other) => {
+            return Err(usage(format!(
+                "--redis {shown}: unknown scheme '{other}' (use redis://, rediss:// or unix://)"
+            )))
+        }
+        None => {
+            return Err(usage(format!(
+                "--redis {shown}: not a URL (example: redis://127.0.0.1:6379)"
+            )))
+        }
+    }
+    redis::IntoConnectionInfo::into_connection_info(url)
+        .map_err(|e| usage(format!("--redis {shown}: cannot parse URL: {}", redact_error(&e))))
+}
+
+/// The error's text without the URL it may quote.
+fn redact_error(e: &redis::RedisError) -> String {
+    e.detail()
+        .map(|d| format!("{}: {d}", e.category()))
+        .unwrap_or_else(|| e.category().to_owned())
+}
+
+/// Replace the password in `scheme://user:password@host` by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            if userinfo.contains(':') {
+                format!("{scheme}://{user}:***@{host}{tail}")
+            } else {
+                format!("{scheme}://{user}@{host}{tail}")
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact_url("redis://u:p@h"), "redis://u:***@h");
+        assert_eq!(redact_url("redis://u@h"), "redis://u@h");
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact_url("rediss://u:p@ss@h/"), "rediss://u:***@h/");
+    }
+
+    #[test]
+    fn execs_simple_shell_commands_only() {
+        assert_eq!(shell_script("sleep 10"), "exec sleep 10");
+        assert_eq!(shell_script("./batch.sh --month 2024-05"), "exec ./batch.sh --month 2024-05");
+        assert_eq!(shell_script("a && b"), "a && b");
+        assert_eq!(shell_script("echo $HOME"), "echo $HOME");
+        assert_eq!(shell_script("X=1 cmd"), "X=1 cmd");
+        assert_eq!(shell_script("exec cmd"), "exec cmd");
+        assert_eq!(shell_script("cd /tmp"), "cd /tmp");
+        assert_eq!(shell_script("if true then"), "if true then");
+        assert_eq!(shell_script("trap 'x' TERM; sleep 1"), "trap 'x' TERM; sleep 1");
+    }
+
+    #[test]
+    fn truncates_on_char_boundaries() {
+        assert_eq!(truncate("abc", 5), "abc");
+        assert_eq!(truncate("ééééé", 2), "éé...");
+    }
+}

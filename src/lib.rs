@@ -1,0 +1,93 @@
+//! redlock-run: run a command while holding a Redis lock.
+//!
+//! Layout, one job per module:
+//! - `cli`: the clap definition, nothing else (also feeds completions and the man page).
+//! - `config`: checks the flags and turns them into settings, before anything runs.
+//! - `lease`: the lease clock (CLOCK_BOOTTIME deadlines, drift).
+//! - `lock`: the lock protocol on Redis (Lua scripts, key layout, error kinds).
+//! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
+//! - `signals`: which signals are caught and forwarded.
+//! - `run`: the supervisor; every lock state change happens there.
+//! - `status`: the `status` subcommand.
+//! - `report`: stderr messages, text or JSON.
+//! - `exit`: how a run ends and the exit code of each ending.
+
+pub mod child;
+pub mod cli;
+pub mod config;
+pub mod exit;
+pub mod lease;
+pub mod lock;
+pub mod report;
+pub mod run;
+pub mod signals;
+pub mod status;
+
+use clap::Parser;
+
+use cli::{Cli, Sub};
+use exit::Ending;
+use report::Reporter;
+
+/// Parse the arguments, do the work, and return the process exit code.
+pub fn main_exit_code() -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return clap_error(&err),
+    };
+    let report = Reporter::new(cli.output.log_format, cli.output.quiet, cli.output.verbose);
+    // A current-thread runtime on the main thread: the command is forked from this thread,
+    // which lives as long as the process, so PR_SET_PDEATHSIG fires only when the wrapper dies.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            report.error("internal", format_args!("cannot start the runtime: {e}"));
+            return Ending::Software.code();
+        }
+    };
+    let ending = match &cli.subcommand {
+        Some(Sub::Status(args)) => match config::Target::from_args(&args.conn) {
+            Ok(target) => {
+                let report = report.with_key(&target.key);
+                runtime.block_on(status::status(&target, args.json, &report))
+            }
+            Err(e) => usage_error(&report, &e),
+        },
+        None => match config::RunConfig::from_args(&cli.conn, &cli.run) {
+            Ok(cfg) => {
+                let report = report.with_key(&cfg.target.key);
+                runtime.block_on(run::run(&cfg, &report))
+            }
+            Err(e) => usage_error(&report, &e),
+        },
+    };
+    ending.code()
+}
+
+fn usage_error(report: &Reporter, err: &config::UsageError) -> Ending {
+    report.error("usage", format_args!("error: {err}"));
+    Ending::Usage
+}
+
+/// Help and version go to stdout with exit 0; a usage error becomes one line and exit 2.
+fn clap_error(err: &clap::Error) -> u8 {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = err.print();
+            if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                exit::USAGE
+            } else {
+                0
+            }
+        }
+        _ => {
+            let text = err.render().to_string();
+            let first = text.lines().next().unwrap_or("error: bad usage");
+            eprintln!("redlock-run: {first}");
+            exit::USAGE
+        }
+    }
+}

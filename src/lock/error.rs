@@ -1,0 +1,123 @@
+//! Redis failures, sorted into the cases a user must tell apart. Each becomes one stderr line
+//! and exit code 69; `is_transient` decides whether a renewal or a wait may try again.
+
+use std::fmt;
+
+/// Why Redis could not do what was asked.
+#[derive(Debug, Clone)]
+pub struct RedisFailure {
+    pub kind: FailureKind,
+    /// The server, with any password redacted.
+    pub server: String,
+    detail: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Not reachable, connection dropped, no reply in time, or busy loading.
+    Unreachable,
+    /// Wrong password, or a password is required.
+    Auth,
+    /// The ACL user may not run scripts or touch the key.
+    NoPermission,
+    /// The server is a read-only replica.
+    ReadOnly,
+    /// The key holds something other than a lock.
+    WrongType,
+    /// Any other error reply.
+    Other,
+}
+
+impl RedisFailure {
+    pub fn from_redis(err: &redis::RedisError, server: &str) -> Self {
+        let code = err.code().unwrap_or_default();
+        let kind = if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(code, "NOAUTH" | "WRONGPASS")
+        {
+            FailureKind::Auth
+        } else if code == "NOPERM" {
+            FailureKind::NoPermission
+        } else if code == "READONLY" {
+            FailureKind::ReadOnly
+        } else if code == "WRONGTYPE" {
+            FailureKind::WrongType
+        } else if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || matches!(code, "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN")
+        {
+            FailureKind::Unreachable
+        } else {
+            FailureKind::Other
+        };
+        RedisFailure {
+            kind,
+            server: server.to_owned(),
+            detail: describe(err),
+        }
+    }
+
+    pub fn timeout(server: &str, what: &str) -> Self {
+        RedisFailure {
+            kind: FailureKind::Unreachable,
+            server: server.to_owned(),
+            detail: format!("no reply to {what} in time"),
+        }
+    }
+
+    pub fn unexpected(server: &str, detail: impl Into<String>) -> Self {
+        RedisFailure {
+            kind: FailureKind::Other,
+            server: server.to_owned(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Worth another try after a pause.
+    pub fn is_transient(&self) -> bool {
+        self.kind == FailureKind::Unreachable
+    }
+}
+
+/// The error in words, without anything that could quote a password.
+fn describe(err: &redis::RedisError) -> String {
+    let text = match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_owned(),
+        // Client-side errors (I/O, timeouts) carry the useful part in their Display; it names
+        // no URL.
+        (None, _) => err.to_string(),
+    };
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
+impl fmt::Display for RedisFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let server = &self.server;
+        let detail = &self.detail;
+        match self.kind {
+            FailureKind::Unreachable => write!(f, "Redis at {server} is unreachable: {detail}"),
+            FailureKind::Auth => write!(
+                f,
+                "Redis at {server} refused authentication ({detail}); check the password in \
+                 the URL or --password-file"
+            ),
+            FailureKind::NoPermission => write!(
+                f,
+                "Redis at {server} denied a command to this user ({detail}); the ACL must allow \
+                 EVAL/EVALSHA and the lock keys"
+            ),
+            FailureKind::ReadOnly => write!(
+                f,
+                "Redis at {server} is a read-only replica; point --redis at the primary"
+            ),
+            FailureKind::WrongType => {
+                write!(f, "Redis at {server}: {detail}; refusing to touch it")
+            }
+            FailureKind::Other => write!(f, "Redis at {server} failed: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for RedisFailure {}

@@ -1,0 +1,49 @@
+-- Take the lock if it is free, in one atomic step: SET with a TTL, a new fence, holder info.
+-- KEYS: lock, fence counter, holder hash.
+-- ARGV: token, ttl ms, fence counter ttl ms, host, pid, command.
+-- Returns {1, fence} when acquired, {0, pttl, host, pid} when busy.
+-- Every check that can fail runs before the first write: a script that errors half-way
+-- would otherwise leave a lock behind that nobody knows it holds.
+local lock, fence_key, holder = KEYS[1], KEYS[2], KEYS[3]
+local token, ttl = ARGV[1], ARGV[2]
+
+local kind = redis.call('TYPE', lock).ok
+if kind ~= 'none' then
+  if kind ~= 'string' then
+    return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
+  end
+  -- Busy. Report who holds it, but only if the holder info belongs to the current value:
+  -- a lock taken by another client on a raw key has no (or stale) holder info.
+  local host, pid = '', ''
+  local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid')
+  if type(info) == 'table' and not info.err and info[1] == redis.call('GET', lock) then
+    host, pid = info[2] or '', info[3] or ''
+  end
+  return {0, redis.call('PTTL', lock), host, pid}
+end
+
+local last = redis.call('GET', fence_key)
+if last then
+  last = tonumber(last)
+  if not last then
+    return redis.error_reply('WRONGTYPE the fence key ' .. fence_key .. ' does not hold an integer')
+  end
+else
+  last = 0
+end
+-- The fence grows by one per acquisition and never falls behind the server clock in
+-- microseconds, so it keeps growing even after the counter itself was lost (a restart
+-- without persistence, a failover to a replica that missed it), as long as the server's
+-- clock was not stepped back by more than the time since the previous acquisition.
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local fence = math.max(last + 1, now_us)
+local fence_str = string.format('%.0f', fence)
+
+redis.call('SET', lock, token, 'PX', ttl)
+redis.call('SET', fence_key, fence_str, 'PX', ARGV[3])
+redis.call('DEL', holder)
+redis.call('HSET', holder, 'token', token, 'host', ARGV[4], 'pid', ARGV[5], 'cmd', ARGV[6],
+  'acquired_ms', string.format('%.0f', math.floor(now_us / 1000)), 'fence', fence_str)
+redis.call('PEXPIRE', holder, ttl)
+return {1, fence_str}

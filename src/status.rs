@@ -1,0 +1,119 @@
+//! `redlock-run status`: who holds a lock. Read-only: never writes to Redis.
+
+use std::fmt::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::config::Target;
+use crate::exit::Ending;
+use crate::lock::{Lock, Status};
+use crate::report::{json_string, Reporter};
+
+pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
+    let lock = match Lock::connect(target).await {
+        Ok(lock) => lock,
+        Err(e) => {
+            report.error("unavailable", &e);
+            return Ending::Unavailable;
+        }
+    };
+    match lock.status().await {
+        Ok(status) => {
+            let out = if json {
+                to_json(&target.key, &status)
+            } else {
+                to_text(&target.key, &status)
+            };
+            println!("{out}");
+            Ending::Ran(crate::exit::ChildEnd::Exited(0))
+        }
+        Err(e) => {
+            report.error("unavailable", &e);
+            Ending::Unavailable
+        }
+    }
+}
+
+fn to_text(key: &str, s: &Status) -> String {
+    if !s.held {
+        return format!("{key}: free");
+    }
+    let ttl = match s.ttl_ms {
+        Some(ms) => humantime::format_duration(Duration::from_millis(ms)).to_string(),
+        None => "none (never expires)".to_owned(),
+    };
+    if s.foreign {
+        return format!("{key}: held by another client (not redlock-run); ttl left {ttl}");
+    }
+    let mut out = format!("{key}: held");
+    if let (Some(host), Some(pid)) = (&s.host, s.pid) {
+        let _ = write!(out, " by {host} pid {pid}");
+    }
+    if let Some(ms) = s.acquired_ms {
+        let _ = write!(out, ", acquired {}", age(ms));
+    }
+    let _ = write!(out, ", ttl left {ttl}");
+    if let Some(fence) = s.fence {
+        let _ = write!(out, ", fence {fence}");
+    }
+    if let Some(cmd) = &s.command {
+        let _ = write!(out, ", command: {cmd}");
+    }
+    out
+}
+
+fn age(acquired_ms: u64) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(acquired_ms);
+    let ago = SystemTime::now()
+        .duration_since(at)
+        .map(|d| format!(" ({} ago)", humantime::format_duration(Duration::from_secs(d.as_secs()))))
+        .unwrap_or_default();
+    format!("{}{ago}", humantime::format_rfc3339_seconds(at))
+}
+
+fn to_json(key: &str, s: &Status) -> String {
+    let opt_str = |v: &Option<String>| v.as_deref().map_or("null".to_owned(), json_string);
+    let opt_num = |v: Option<u64>| v.map_or("null".to_owned(), |n| n.to_string());
+    format!(
+        "{{\"held\":{},\"foreign\":{},\"key\":{},\"host\":{},\"pid\":{},\"command\":{},\
+         \"acquired_ms\":{},\"ttl_ms\":{},\"fence\":{}}}",
+        s.held,
+        s.foreign,
+        json_string(key),
+        opt_str(&s.host),
+        opt_num(s.pid.map(u64::from)),
+        opt_str(&s.command),
+        opt_num(s.acquired_ms),
+        opt_num(s.ttl_ms),
+        opt_num(s.fence),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_lock_is_all_nulls_in_json() {
+        assert_eq!(
+            to_json("redlock:k", &Status::default()),
+            "{\"held\":false,\"foreign\":false,\"key\":\"redlock:k\",\"host\":null,\"pid\":null,\
+             \"command\":null,\"acquired_ms\":null,\"ttl_ms\":null,\"fence\":null}"
+        );
+        assert_eq!(to_text("redlock:k", &Status::default()), "redlock:k: free");
+    }
+
+    #[test]
+    fn held_lock_shows_holder() {
+        let s = Status {
+            held: true,
+            ttl_ms: Some(2000),
+            host: Some("web1".into()),
+            pid: Some(7),
+            fence: Some(9),
+            ..Status::default()
+        };
+        let text = to_text("k", &s);
+        assert!(text.starts_with("k: held by web1 pid 7, ttl left 2s, fence 9"), "{text}");
+        assert!(to_json("k", &s).contains("\"held\":true,\"foreign\":false,\"key\":\"k\",\"host\":\"web1\",\"pid\":7"));
+    }
+}
