@@ -54,7 +54,10 @@ impl Job {
     pub fn spawn(command: &config::Command, env: &[(&str, String)]) -> Result<Job, SpawnError> {
         let mut cmd = std::process::Command::new(&command.program);
         cmd.args(&command.args);
-        cmd.envs(env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+        cmd.envs(
+            env.iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        );
         cmd.process_group(0);
         let take_terminal = owns_terminal_foreground();
         let wrapper = std::process::id() as libc::pid_t;

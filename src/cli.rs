@@ -13,31 +13,76 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 /// Exit code when the lock stays busy (sysexits EX_TEMPFAIL).
 pub const EXIT_BUSY: u8 = 75;
 
-const AFTER_LONG_HELP: &str = "\
-Examples:
-  # cron on several hosts: one host runs the batch, the others skip with exit 75
-  redlock-run --key settle:2024-05 -- ./batch.sh
+/// Usage examples, shared by `--help` and the man page: (comment, command).
+pub const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "cron on several hosts: one host runs the batch, the others skip with exit 75",
+        "redlock-run --key settle:2024-05 --hold-at-least 1m -- ./batch.sh",
+    ),
+    (
+        "CI: wait up to 10 minutes for the deploy lock, then deploy",
+        "redlock-run --key deploy:prod --wait 10m -c './deploy.sh && ./smoke.sh'",
+    ),
+    ("who holds it?", "redlock-run status --key deploy:prod"),
+];
 
-  # CI: wait up to 10 minutes for the deploy lock, then deploy
-  redlock-run --key deploy:prod --wait 10m -c './deploy.sh && ./smoke.sh'
+/// The exit-code table, shared by `--help`, the man page and (by hand) the README.
+pub const EXIT_CODES: &[(&str, &str)] = &[
+    ("child's code", "the command ran and exited with it"),
+    (
+        "128+N",
+        "the command was killed by signal N (or N ended the wait)",
+    ),
+    (
+        "75",
+        "lock busy: not acquired within --wait (see --conflict-exit-code)",
+    ),
+    (
+        "74",
+        "lock lost while the command ran; the command was stopped",
+    ),
+    (
+        "69",
+        "Redis unreachable or refusing, or too few --min-replicas acknowledged",
+    ),
+    ("124", "--max-runtime reached; the command was stopped"),
+    ("126 / 127", "command not executable / not found"),
+    (
+        "2",
+        "bad usage (flags, durations, URL, key, missing command)",
+    ),
+    ("70", "internal error"),
+];
 
-  # who holds it?
-  redlock-run status --key deploy:prod
+/// What the command finds in its environment.
+pub const CHILD_ENV: &[(&str, &str)] = &[
+    ("REDLOCK_KEY", "the Redis key of the lock (prefix included)"),
+    (
+        "REDLOCK_TOKEN",
+        "the random token stored as the key's value",
+    ),
+    ("REDLOCK_TTL_MS", "the lease length in milliseconds"),
+    (
+        "REDLOCK_FENCE",
+        "grows with every acquisition; reject writes with a lower one",
+    ),
+];
 
-Exit codes:
-  child's code  the command ran and exited with it
-  128+N         the command was killed by signal N
-  75            lock busy: not acquired within --wait (see --conflict-exit-code)
-  74            lock lost while the command ran; the command was stopped
-  69            Redis unreachable or refusing (auth, ACL, read-only replica, wrong key type),
-                or fewer than --min-replicas acknowledged
-  124           --max-runtime reached; the command was stopped
-  126 / 127     command not executable / not found
-  2             bad usage (flags, durations, URL, key, missing command)
-
-The command gets REDLOCK_KEY (the Redis key), REDLOCK_TOKEN (the value stored in it),
-REDLOCK_TTL_MS and REDLOCK_FENCE (an integer that grows with every acquisition of the key;
-have the protected resource reject writes carrying a lower fence than it has seen).";
+fn after_long_help() -> String {
+    let mut out = String::from("Examples:\n");
+    for (comment, command) in EXAMPLES {
+        out.push_str(&format!("  # {comment}\n  {command}\n\n"));
+    }
+    out.push_str("Exit codes:\n");
+    for (code, meaning) in EXIT_CODES {
+        out.push_str(&format!("  {code:<13} {meaning}\n"));
+    }
+    out.push_str("\nThe command's environment also has:\n");
+    for (name, meaning) in CHILD_ENV {
+        out.push_str(&format!("  {name:<15} {meaning}\n"));
+    }
+    out
+}
 
 /// Run a command while holding a Redis lock, so it never runs twice at once.
 ///
@@ -48,7 +93,7 @@ have the protected resource reject writes carrying a lower fence than it has see
 #[command(
     name = "redlock-run",
     version,
-    after_long_help = AFTER_LONG_HELP,
+    after_long_help = after_long_help(),
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     max_term_width = 100
@@ -107,7 +152,12 @@ pub struct ConnArgs {
 
     /// Prefix of the Redis key. '' uses KEY as it is, so clients that lock the same key with
     /// SET NX (e.g. redis-py's Lock) and redlock-run exclude each other.
-    #[arg(long, env = "REDLOCK_PREFIX", value_name = "P", default_value = "redlock:")]
+    #[arg(
+        long,
+        env = "REDLOCK_PREFIX",
+        value_name = "P",
+        default_value = "redlock:"
+    )]
     pub prefix: String,
 
     /// Bound on connecting to Redis and on each command's reply.
@@ -152,7 +202,12 @@ pub struct RunArgs {
     pub hold_at_least: Option<Duration>,
 
     /// Require N replicas to acknowledge the acquire and each renewal (Redis WAIT).
-    #[arg(long, env = "REDLOCK_MIN_REPLICAS", value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        env = "REDLOCK_MIN_REPLICAS",
+        value_name = "N",
+        default_value_t = 0
+    )]
     pub min_replicas: u32,
 
     /// How long to wait for --min-replicas acknowledgements.
@@ -161,8 +216,13 @@ pub struct RunArgs {
     pub replica_timeout: Duration,
 
     /// Run SHELL_STRING with /bin/sh -c instead of COMMAND.
-    #[arg(short = 'c', long = "command", value_name = "SHELL_STRING", env = "REDLOCK_COMMAND",
-          conflicts_with = "command")]
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL_STRING",
+        env = "REDLOCK_COMMAND",
+        conflicts_with = "command"
+    )]
     pub shell: Option<String>,
 
     /// The command to run, after `--`.
@@ -174,7 +234,13 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct OutputArgs {
     /// Print nothing for a busy lock.
-    #[arg(short, long, global = true, env = "REDLOCK_QUIET", conflicts_with = "verbose")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        env = "REDLOCK_QUIET",
+        conflicts_with = "verbose"
+    )]
     pub quiet: bool,
 
     /// Report acquire time, renewals and the release outcome.
@@ -182,8 +248,13 @@ pub struct OutputArgs {
     pub verbose: bool,
 
     /// Format of the messages on stderr.
-    #[arg(long, global = true, env = "REDLOCK_LOG_FORMAT", value_name = "FORMAT",
-          default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        env = "REDLOCK_LOG_FORMAT",
+        value_name = "FORMAT",
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
 }
 

@@ -70,11 +70,17 @@ impl Target {
         let mut redis = parse_url(&conn.redis, &redis_shown)?;
         if let Some(path) = &conn.password_file {
             let text = std::fs::read_to_string(path).map_err(|e| {
-                usage(format!("cannot read --password-file {}: {e}", path.display()))
+                usage(format!(
+                    "cannot read --password-file {}: {e}",
+                    path.display()
+                ))
             })?;
             let password = text.trim_end_matches(['\n', '\r']);
             if password.is_empty() {
-                return Err(usage(format!("--password-file {} is empty", path.display())));
+                return Err(usage(format!(
+                    "--password-file {} is empty",
+                    path.display()
+                )));
             }
             let settings = redis.redis_settings().clone().set_password(password);
             redis = redis.set_redis_settings(settings);
@@ -199,9 +205,9 @@ fn command_from_args(run: &RunArgs) -> Result<Command, UsageError> {
 /// to the child then reach the program itself, and no shell lingers between them.
 fn shell_script(script: &str) -> String {
     let simple = !script.is_empty()
-        && script.chars().all(|c| {
-            c.is_ascii_alphanumeric() || " \t_-./=:,+@%".contains(c)
-        })
+        && script
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || " \t_-./=:,+@%".contains(c))
         && script
             .split_whitespace()
             .next()
@@ -247,8 +253,12 @@ fn parse_url(url: &str, shown: &str) -> Result<redis::ConnectionInfo, UsageError
             )))
         }
     }
-    redis::IntoConnectionInfo::into_connection_info(url)
-        .map_err(|e| usage(format!("--redis {shown}: cannot parse URL: {}", redact_error(&e))))
+    redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
+        usage(format!(
+            "--redis {shown}: cannot parse URL: {}",
+            redact_error(&e)
+        ))
+    })
 }
 
 /// The error's text without the URL it may quote.
@@ -294,14 +304,20 @@ mod tests {
     #[test]
     fn execs_simple_shell_commands_only() {
         assert_eq!(shell_script("sleep 10"), "exec sleep 10");
-        assert_eq!(shell_script("./batch.sh --month 2024-05"), "exec ./batch.sh --month 2024-05");
+        assert_eq!(
+            shell_script("./batch.sh --month 2024-05"),
+            "exec ./batch.sh --month 2024-05"
+        );
         assert_eq!(shell_script("a && b"), "a && b");
         assert_eq!(shell_script("echo $HOME"), "echo $HOME");
         assert_eq!(shell_script("X=1 cmd"), "X=1 cmd");
         assert_eq!(shell_script("exec cmd"), "exec cmd");
         assert_eq!(shell_script("cd /tmp"), "cd /tmp");
         assert_eq!(shell_script("if true then"), "if true then");
-        assert_eq!(shell_script("trap 'x' TERM; sleep 1"), "trap 'x' TERM; sleep 1");
+        assert_eq!(
+            shell_script("trap 'x' TERM; sleep 1"),
+            "trap 'x' TERM; sleep 1"
+        );
     }
 
     #[test]

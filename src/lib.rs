@@ -38,7 +38,10 @@ pub fn main_exit_code() -> u8 {
     let report = Reporter::new(cli.output.log_format, cli.output.quiet, cli.output.verbose);
     // A current-thread runtime on the main thread: the command is forked from this thread,
     // which lives as long as the process, so PR_SET_PDEATHSIG fires only when the wrapper dies.
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             report.error("internal", format_args!("cannot start the runtime: {e}"));

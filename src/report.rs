@@ -137,7 +137,10 @@ mod tests {
         let r = Reporter::new(LogFormat::Json, false, true).with_key("redlock:k");
         let line = r.json_line(Level::Info, "acquired", "got \"it\"");
         assert!(line.starts_with("{\"time\":\""), "{line}");
-        assert!(line.ends_with("\"message\":\"got \\\"it\\\"\"}\n"), "{line}");
+        assert!(
+            line.ends_with("\"message\":\"got \\\"it\\\"\"}\n"),
+            "{line}"
+        );
         assert!(line.contains("\"key\":\"redlock:k\""), "{line}");
         assert_eq!(line.matches('\n').count(), 1);
     }

@@ -78,10 +78,7 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
     // 2. Replica acknowledgement of the acquire.
     if cfg.min_replicas > 0 {
         if let Err(msg) = confirm_replicas(cfg, &lock).await {
-            report.error(
-                "replicas",
-                format_args!("{msg}; not running the command"),
-            );
+            report.error("replicas", format_args!("{msg}; not running the command"));
             release(cfg, &lock, &token, &held, report, false).await;
             return Ending::Unavailable;
         }
@@ -114,8 +111,20 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
             return ending;
         }
     };
-    report.info("spawned", format_args!("started pid {}: {}", job.pid(), cfg.command.display));
-    let (end, stop) = supervise(cfg, &lock, &token, held.lease, &mut job, &mut signals, report).await;
+    report.info(
+        "spawned",
+        format_args!("started pid {}: {}", job.pid(), cfg.command.display),
+    );
+    let (end, stop) = supervise(
+        cfg,
+        &lock,
+        &token,
+        held.lease,
+        &mut job,
+        &mut signals,
+        report,
+    )
+    .await;
     job.finish(cfg.grace).await;
 
     // 4. Release and decide the outcome.
@@ -201,7 +210,9 @@ async fn acquire(
         let now = Stamp::now();
         let left = match cfg.wait {
             Wait::Forever => Some(Duration::MAX),
-            Wait::For(limit) => limit.checked_sub(now.since(started)).filter(|d| !d.is_zero()),
+            Wait::For(limit) => limit
+                .checked_sub(now.since(started))
+                .filter(|d| !d.is_zero()),
         };
         match attempt {
             Ok(Acquired::Yes { fence }) => {
@@ -231,7 +242,9 @@ async fn acquire(
             }
             Err(e) if e.is_transient() && left.is_some() => {
                 report.info("retry", format_args!("{e}; retrying"));
-                let nap = RENEW_RETRY.max(backoff.next()).min(left.unwrap_or_default());
+                let nap = RENEW_RETRY
+                    .max(backoff.next())
+                    .min(left.unwrap_or_default());
                 tokio::select! {
                     () = tokio::time::sleep(nap) => {}
                     sig = signals.recv() => return Err(Ending::Interrupted(sig as i32)),
@@ -314,8 +327,8 @@ async fn supervise(
 
         // The lease first. `stop` for a lease reason is set at most once.
         let standing = lease.standing(now);
-        let lease_stop_needed = standing != Standing::Safe
-            && !matches!(stop, Some(Stop::Lost | Stop::Unconfirmed(_)));
+        let lease_stop_needed =
+            standing != Standing::Safe && !matches!(stop, Some(Stop::Lost | Stop::Unconfirmed(_)));
         if lease_stop_needed {
             job.signal(Signal::SIGTERM);
             // SIGKILL at the deadline, so the command is gone before the server can expire
@@ -435,7 +448,10 @@ async fn renew(cfg: &RunConfig, lock: &Lock, token: &str, deadline: Stamp) -> (S
 
 /// `Err` with a message when fewer than --min-replicas acknowledge our writes in time.
 async fn confirm_replicas(cfg: &RunConfig, lock: &Lock) -> Result<(), String> {
-    match lock.wait_replicas(cfg.min_replicas, cfg.replica_timeout).await {
+    match lock
+        .wait_replicas(cfg.min_replicas, cfg.replica_timeout)
+        .await
+    {
         Ok(n) if n >= cfg.min_replicas => Ok(()),
         Ok(n) => Err(format!(
             "only {n} of {} replicas acknowledged the lock {} within {}",
@@ -470,7 +486,10 @@ async fn release(
             } else {
                 report.info(
                     "released",
-                    format_args!("{key} stays locked for {} more (--hold-at-least)", show_ms(keep)),
+                    format_args!(
+                        "{key} stays locked for {} more (--hold-at-least)",
+                        show_ms(keep)
+                    ),
                 );
             }
             true
@@ -497,7 +516,10 @@ async fn release(
             // The command ran under a valid lease; the key expires by itself within --ttl.
             report.warn(
                 "release-failed",
-                format_args!("could not release {key} ({e}); it expires within {}", show(cfg.ttl)),
+                format_args!(
+                    "could not release {key} ({e}); it expires within {}",
+                    show(cfg.ttl)
+                ),
             );
             true
         }
@@ -562,7 +584,10 @@ mod tests {
     fn backoff_starts_quick_and_is_capped() {
         let mut b = Backoff::new("0123456789abcdef0123456789abcdef");
         let first = b.next();
-        assert!(first >= BACKOFF_FIRST / 2 && first <= BACKOFF_FIRST, "{first:?}");
+        assert!(
+            first >= BACKOFF_FIRST / 2 && first <= BACKOFF_FIRST,
+            "{first:?}"
+        );
         for _ in 0..20 {
             let d = b.next();
             assert!(d <= BACKOFF_CAP, "{d:?}");
@@ -582,8 +607,7 @@ mod tests {
             "lock redlock:k is busy: held by web1 pid 42, 1s 500ms left"
         );
         let foreign = Holder::default();
-        assert!(busy_message("k", &foreign, Wait::For(Duration::from_secs(2)))
-            .contains("no TTL"));
+        assert!(busy_message("k", &foreign, Wait::For(Duration::from_secs(2))).contains("no TTL"));
     }
 
     #[test]

@@ -65,7 +65,12 @@ fn age(acquired_ms: u64) -> String {
     let at = UNIX_EPOCH + Duration::from_millis(acquired_ms);
     let ago = SystemTime::now()
         .duration_since(at)
-        .map(|d| format!(" ({} ago)", humantime::format_duration(Duration::from_secs(d.as_secs()))))
+        .map(|d| {
+            format!(
+                " ({} ago)",
+                humantime::format_duration(Duration::from_secs(d.as_secs()))
+            )
+        })
         .unwrap_or_default();
     format!("{}{ago}", humantime::format_rfc3339_seconds(at))
 }
@@ -113,7 +118,11 @@ mod tests {
             ..Status::default()
         };
         let text = to_text("k", &s);
-        assert!(text.starts_with("k: held by web1 pid 7, ttl left 2s, fence 9"), "{text}");
-        assert!(to_json("k", &s).contains("\"held\":true,\"foreign\":false,\"key\":\"k\",\"host\":\"web1\",\"pid\":7"));
+        assert!(
+            text.starts_with("k: held by web1 pid 7, ttl left 2s, fence 9"),
+            "{text}"
+        );
+        assert!(to_json("k", &s)
+            .contains("\"held\":true,\"foreign\":false,\"key\":\"k\",\"host\":\"web1\",\"pid\":7"));
     }
 }

@@ -150,21 +150,35 @@ impl Lock {
             .arg(&holder.host)
             .arg(holder.pid)
             .arg(&holder.command);
-        let reply: Value = self.bounded("acquire", invocation.invoke_async(&mut self.conn.clone())).await?;
+        let reply: Value = self
+            .bounded("acquire", invocation.invoke_async(&mut self.conn.clone()))
+            .await?;
         parse_acquire(&reply).ok_or_else(|| {
-            RedisFailure::unexpected(&self.server, format!("unexpected reply to acquire: {reply:?}"))
+            RedisFailure::unexpected(
+                &self.server,
+                format!("unexpected reply to acquire: {reply:?}"),
+            )
         })
     }
 
     /// Extend the lease to `ttl` if the token is still ours. `Ok(false)`: the lock is lost.
-    pub async fn renew(&self, token: &str, ttl: Duration, bound: Duration) -> Result<bool, RedisFailure> {
+    pub async fn renew(
+        &self,
+        token: &str,
+        ttl: Duration,
+        bound: Duration,
+    ) -> Result<bool, RedisFailure> {
         let script = renew_script();
         let mut invocation = script.key(&self.keys.lock);
-        invocation.key(&self.keys.holder).arg(token).arg(millis(ttl));
-        let reply: i64 = tokio::time::timeout(bound, invocation.invoke_async(&mut self.conn.clone()))
-            .await
-            .map_err(|_| RedisFailure::timeout(&self.server, "the renewal"))?
-            .map_err(|e| RedisFailure::from_redis(&e, &self.server))?;
+        invocation
+            .key(&self.keys.holder)
+            .arg(token)
+            .arg(millis(ttl));
+        let reply: i64 =
+            tokio::time::timeout(bound, invocation.invoke_async(&mut self.conn.clone()))
+                .await
+                .map_err(|_| RedisFailure::timeout(&self.server, "the renewal"))?
+                .map_err(|e| RedisFailure::from_redis(&e, &self.server))?;
         Ok(reply == 1)
     }
 
@@ -172,8 +186,13 @@ impl Lock {
     pub async fn release(&self, token: &str, keep: Duration) -> Result<Released, RedisFailure> {
         let script = release_script();
         let mut invocation = script.key(&self.keys.lock);
-        invocation.key(&self.keys.holder).arg(token).arg(millis(keep));
-        let reply: i64 = self.bounded("release", invocation.invoke_async(&mut self.conn.clone())).await?;
+        invocation
+            .key(&self.keys.holder)
+            .arg(token)
+            .arg(millis(keep));
+        let reply: i64 = self
+            .bounded("release", invocation.invoke_async(&mut self.conn.clone()))
+            .await?;
         Ok(match reply {
             1 => Released::Released,
             0 => Released::HeldByOther,
@@ -183,7 +202,11 @@ impl Lock {
 
     /// Wait until `replicas` replicas have acknowledged this connection's writes, or `timeout`.
     /// Returns how many did.
-    pub async fn wait_replicas(&self, replicas: u32, timeout: Duration) -> Result<u32, RedisFailure> {
+    pub async fn wait_replicas(
+        &self,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<u32, RedisFailure> {
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(replicas).arg(millis(timeout).max(1));
         // WAIT replies after at most `timeout` (plus the server's 100 ms timer tick).
@@ -207,8 +230,9 @@ impl Lock {
             .cmd("GET")
             .arg(&self.keys.fence);
         type Reply = (Option<String>, i64, Vec<(String, String)>, Option<String>);
-        let (value, pttl, info, fence): Reply =
-            self.bounded("status", pipe.query_async(&mut self.conn.clone())).await?;
+        let (value, pttl, info, fence): Reply = self
+            .bounded("status", pipe.query_async(&mut self.conn.clone()))
+            .await?;
         Ok(status_from(value, pttl, info, fence))
     }
 
@@ -271,11 +295,7 @@ fn status_from(
     let Some(value) = value else {
         return Status::default();
     };
-    let field = |name: &str| {
-        info.iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let field = |name: &str| info.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let ttl_ms = u64::try_from(pttl).ok();
     // Holder info counts only if it was written for the value the lock holds now.
     if field("token").as_deref() != Some(value.as_str()) {
@@ -294,9 +314,7 @@ fn status_from(
         pid: field("pid").and_then(|p| p.parse().ok()),
         command: field("cmd"),
         acquired_ms: field("acquired_ms").and_then(|p| p.parse().ok()),
-        fence: field("fence")
-            .or(fence)
-            .and_then(|f| f.parse().ok()),
+        fence: field("fence").or(fence).and_then(|f| f.parse().ok()),
     }
 }
 
@@ -311,8 +329,18 @@ mod tests {
     #[test]
     fn parses_acquire_replies() {
         let yes = Value::Array(vec![Value::Int(1), bulk("1733160000123457")]);
-        assert_eq!(parse_acquire(&yes), Some(Acquired::Yes { fence: 1733160000123457 }));
-        let busy = Value::Array(vec![Value::Int(0), Value::Int(1500), bulk("web1"), bulk("42")]);
+        assert_eq!(
+            parse_acquire(&yes),
+            Some(Acquired::Yes {
+                fence: 1733160000123457
+            })
+        );
+        let busy = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(1500),
+            bulk("web1"),
+            bulk("42"),
+        ]);
         assert_eq!(
             parse_acquire(&busy),
             Some(Acquired::Busy(Holder {
@@ -322,13 +350,19 @@ mod tests {
             }))
         );
         let foreign = Value::Array(vec![Value::Int(0), Value::Int(-1), bulk(""), bulk("")]);
-        assert_eq!(parse_acquire(&foreign), Some(Acquired::Busy(Holder::default())));
+        assert_eq!(
+            parse_acquire(&foreign),
+            Some(Acquired::Busy(Holder::default()))
+        );
         assert_eq!(parse_acquire(&Value::Int(1)), None);
     }
 
     #[test]
     fn status_ignores_holder_info_of_another_value() {
-        let info = vec![("token".to_owned(), "old".to_owned()), ("host".to_owned(), "h".to_owned())];
+        let info = vec![
+            ("token".to_owned(), "old".to_owned()),
+            ("host".to_owned(), "h".to_owned()),
+        ];
         let s = status_from(Some("new".into()), 900, info, Some("7".into()));
         assert!(s.held && s.foreign);
         assert_eq!(s.host, None);

@@ -12,6 +12,13 @@ if kind ~= 'none' then
   if kind ~= 'string' then
     return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
   end
+  -- Our own token: an earlier attempt of this run landed although its reply was lost (a
+  -- timeout). Take it as acquired now; the PEXPIRE restarts the TTL from this call.
+  if redis.call('GET', lock) == token then
+    redis.call('PEXPIRE', lock, ttl)
+    redis.call('PEXPIRE', holder, ttl)
+    return {1, redis.call('HGET', holder, 'fence')}
+  end
   -- Busy. Report who holds it, but only if the holder info belongs to the current value:
   -- a lock taken by another client on a raw key has no (or stale) holder info.
   local host, pid = '', ''
