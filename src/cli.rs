@@ -226,7 +226,7 @@ pub struct RunArgs {
     pub shell: Option<String>,
 
     /// The command to run, after `--`.
-    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = true,
+    #[arg(value_name = "COMMAND", trailing_var_arg = true,
           action = ArgAction::Append)]
     pub command: Vec<OsString>,
 }

@@ -3,8 +3,9 @@
 //! Nothing is printed on success unless `--verbose` (cron mails any output). Problems are
 //! always printed, except a busy lock under `--quiet`.
 
+use std::cell::{Cell, RefCell};
 use std::fmt::Display;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::SystemTime;
 
 use crate::cli::LogFormat;
@@ -32,6 +33,14 @@ pub struct Reporter {
     quiet: bool,
     verbose: bool,
     key: Option<String>,
+    /// stderr is a terminal and plain text is wanted: a live status line may be drawn.
+    live: bool,
+    /// NO_COLOR is set (https://no-color.org): no escape sequences for styling.
+    no_color: bool,
+    /// A live line is on the screen and must be cleared before the next message.
+    line_shown: Cell<bool>,
+    /// The live line's text, so an unchanged line is not redrawn.
+    line_text: RefCell<String>,
 }
 
 impl Reporter {
@@ -41,6 +50,10 @@ impl Reporter {
             quiet,
             verbose,
             key: None,
+            live: format == LogFormat::Text && !quiet && std::io::stderr().is_terminal(),
+            no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+            line_shown: Cell::new(false),
+            line_text: RefCell::new(String::new()),
         }
     }
 
@@ -76,7 +89,36 @@ impl Reporter {
         }
     }
 
+    /// Redraw the one live line shown while waiting for a busy lock. Only on a terminal.
+    pub fn waiting(&self, msg: impl Display) {
+        if !self.live {
+            return;
+        }
+        let text = msg.to_string();
+        if self.line_shown.get() && *self.line_text.borrow() == text {
+            return;
+        }
+        let (dim, reset) = if self.no_color {
+            ("", "")
+        } else {
+            ("\x1b[2m", "\x1b[0m")
+        };
+        // \r and erase-line redraw in place; no newline, so the line never scrolls.
+        let line = format!("\r\x1b[2K{dim}redlock-run: {text}{reset}");
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        self.line_shown.set(true);
+        *self.line_text.borrow_mut() = text;
+    }
+
+    /// Remove the live line, if one is shown.
+    pub fn waiting_done(&self) {
+        if self.line_shown.replace(false) {
+            let _ = std::io::stderr().lock().write_all(b"\r\x1b[2K");
+        }
+    }
+
     fn emit(&self, level: Level, event: &str, msg: &str) {
+        self.waiting_done();
         let line = match self.format {
             LogFormat::Text => format!("redlock-run: {msg}\n"),
             LogFormat::Json => self.json_line(level, event, msg),

@@ -202,7 +202,7 @@ async fn acquire(
 ) -> Result<Held, Ending> {
     let started = Stamp::now();
     let mut backoff = Backoff::new(token);
-    loop {
+    let result = loop {
         let sent = Stamp::now();
         // Never cancelled by a signal: a SET that was sent may have landed. A signal is looked
         // at after the reply, and a lock already taken is released first.
@@ -225,19 +225,25 @@ async fn acquire(
                 };
                 if let Some(sig) = signals.pending().await {
                     release(cfg, lock, token, &held, report, false).await;
-                    return Err(Ending::Interrupted(sig as i32));
+                    break Err(Ending::Interrupted(sig as i32));
                 }
-                return Ok(held);
+                break Ok(held);
             }
             Ok(Acquired::Busy(holder)) => {
                 let Some(left) = left else {
                     report.busy(busy_message(&lock.keys().lock, &holder, cfg.wait));
-                    return Err(Ending::Busy(cfg.conflict_exit_code));
+                    break Err(Ending::Busy(cfg.conflict_exit_code));
                 };
+                report.waiting(waiting_message(
+                    &lock.keys().lock,
+                    &holder,
+                    now.since(started),
+                    cfg.wait,
+                ));
                 let nap = backoff.next().min(left);
                 tokio::select! {
                     () = tokio::time::sleep(nap) => {}
-                    sig = signals.recv() => return Err(Ending::Interrupted(sig as i32)),
+                    sig = signals.recv() => break Err(Ending::Interrupted(sig as i32)),
                 }
             }
             Err(e) if e.is_transient() && left.is_some() => {
@@ -247,15 +253,32 @@ async fn acquire(
                     .min(left.unwrap_or_default());
                 tokio::select! {
                     () = tokio::time::sleep(nap) => {}
-                    sig = signals.recv() => return Err(Ending::Interrupted(sig as i32)),
+                    sig = signals.recv() => break Err(Ending::Interrupted(sig as i32)),
                 }
             }
             Err(e) => {
                 report.error("unavailable", &e);
-                return Err(Ending::Unavailable);
+                break Err(Ending::Unavailable);
             }
         }
-    }
+    };
+    report.waiting_done();
+    result
+}
+
+fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) -> String {
+    let who = match (&holder.host, holder.pid) {
+        (Some(host), Some(pid)) => format!(" (held by {host} pid {pid})"),
+        _ => String::new(),
+    };
+    let left = match wait {
+        Wait::Forever => "no limit".to_owned(),
+        Wait::For(d) => format!("{} left", show_secs(d.saturating_sub(elapsed))),
+    };
+    format!(
+        "waiting for {key}{who}: {} elapsed, {left}",
+        show_secs(elapsed)
+    )
 }
 
 fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
@@ -570,6 +593,10 @@ fn hostname() -> String {
 
 fn show(d: Duration) -> String {
     humantime::format_duration(d).to_string()
+}
+
+fn show_secs(d: Duration) -> String {
+    show(Duration::from_secs(d.as_secs()))
 }
 
 fn show_ms(d: Duration) -> String {
