@@ -1,0 +1,347 @@
+//! Safety beyond the happy path: fencing against a stale writer, frozen wrappers, replica
+//! acknowledgement, --hold-at-least and --max-runtime. Black box, real redis-server processes.
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use nix::sys::signal::Signal;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn read_trimmed(path: &std::path::Path) -> String {
+    fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+/// The protected store's rule: accept a write only if its fence is higher than the last
+/// accepted one. KEYS: last fence, accepted writes. ARGV: fence, writer name.
+const FENCED_WRITE: &str = "local last = tonumber(redis.call('GET', KEYS[1]) or '0') \
+    if tonumber(ARGV[1]) > last then redis.call('SET', KEYS[1], ARGV[1]) \
+    redis.call('RPUSH', KEYS[2], ARGV[2]) return 1 end return 0";
+
+fn fenced_write_cmd(store_port: u16, writer: &str, result_file: &str) -> String {
+    format!(
+        "redis-cli -p {store_port} eval \"{FENCED_WRITE}\" 2 fence writes \"$REDLOCK_FENCE\" \
+         {writer} > {result_file}"
+    )
+}
+
+/// Holder A's wrapper is frozen past its lease while A's command goes on; B acquires and
+/// writes; then A's command writes late. The store rejects A's write because its fence is
+/// lower; B's fence is higher than A's.
+#[test]
+fn stale_writer_after_frozen_wrapper_is_rejected_by_the_fence() {
+    let redis = RedisServer::start();
+    let store = RedisServer::start();
+    let dir = scratch();
+    let a_script = format!(
+        "echo $REDLOCK_FENCE > a-fence; echo $$ > a-started; \
+         i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; {}; \
+         sleep 30",
+        fenced_write_cmd(store.port(), "A", "a-result")
+    );
+    let mut a = Wrapper::on(&redis, "acct")
+        .args(["--ttl", "1s"])
+        .sh(&a_script)
+        .current_dir(dir.path())
+        .spawn();
+    a.child_pid(&dir.path().join("a-started"), secs(10));
+    a.signal(Signal::SIGSTOP);
+    let expired = poll_until(secs(5), || !redis.exists("redlock:acct"));
+    if !expired {
+        a.signal(Signal::SIGCONT);
+        panic!("lease did not expire while A was frozen\n{}", a.describe());
+    }
+
+    let b = Wrapper::on(&redis, "acct")
+        .sh(&format!(
+            "echo $REDLOCK_FENCE > b-fence; {}",
+            fenced_write_cmd(store.port(), "B", "b-result")
+        ))
+        .current_dir(dir.path())
+        .run();
+    b.expect_code(0);
+    assert_eq!(
+        read_trimmed(&dir.path().join("b-result")),
+        "1",
+        "B's write accepted"
+    );
+
+    // A's command, still running while its wrapper is frozen, now tries its write.
+    fs::write(dir.path().join("go"), "").unwrap();
+    let a_result = dir.path().join("a-result");
+    wait_until(secs(10), "A's late write attempt", || {
+        fs::read_to_string(&a_result).is_ok_and(|s| !s.trim().is_empty())
+    });
+    assert_eq!(
+        read_trimmed(&a_result),
+        "0",
+        "A's stale write must be rejected"
+    );
+    assert_eq!(store.cli(&["lrange", "writes", "0", "-1"]), "B");
+
+    let fence_a: u64 = read_trimmed(&dir.path().join("a-fence")).parse().unwrap();
+    let fence_b: u64 = read_trimmed(&dir.path().join("b-fence")).parse().unwrap();
+    assert!(
+        fence_b > fence_a,
+        "fence B {fence_b} must exceed fence A {fence_a}"
+    );
+
+    a.signal(Signal::SIGCONT);
+    a.wait(secs(15)).expect_code(74);
+}
+
+/// A wrapper woken past its lease sends SIGTERM at once instead of first trying a renewal,
+/// and the holder that took over meanwhile has a higher fence and keeps its lock.
+#[test]
+fn wrapper_woken_past_its_lease_sends_sigterm_at_once() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut a = Wrapper::on(&redis, "k")
+        .args(["--ttl", "1s", "--grace", "300ms"])
+        .sh(
+            "trap 'date +%s%N > term; kill $! 2>/dev/null; exit 0' TERM; \
+             echo $REDLOCK_FENCE > a-fence; echo $$ > a-started; sleep 30 & wait",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    let child = a.child_pid(&dir.path().join("a-started"), secs(10));
+    let _guard = PidGuard::new(child);
+    a.signal(Signal::SIGSTOP);
+    let expired = poll_until(secs(5), || !redis.exists("redlock:k"));
+    if !expired {
+        a.signal(Signal::SIGCONT);
+        panic!("lease did not expire while A was frozen\n{}", a.describe());
+    }
+    let mut b = Wrapper::on(&redis, "k")
+        .sh("echo $REDLOCK_FENCE > b-fence; echo $$ > b-started; sleep 3")
+        .current_dir(dir.path())
+        .spawn();
+    b.child_pid(&dir.path().join("b-started"), secs(10));
+    let b_token = redis.get("redlock:k").expect("B holds the lock");
+
+    let woke_ns = now_ns();
+    a.signal(Signal::SIGCONT);
+    let term_file = dir.path().join("term");
+    wait_until(secs(5), "A's child to get SIGTERM", || {
+        fs::read_to_string(&term_file).is_ok_and(|s| !s.trim().is_empty())
+    });
+    let term_ns: u128 = read_trimmed(&term_file).parse().unwrap();
+    let delay = Duration::from_nanos(term_ns.saturating_sub(woke_ns) as u64);
+    assert!(
+        delay < ms(200),
+        "SIGTERM reached A's child {delay:?} after SIGCONT; it must be sent at once"
+    );
+    let out_a = a.wait(secs(10));
+    out_a.expect_code(74);
+    assert_eq!(
+        redis.get("redlock:k").as_deref(),
+        Some(b_token.as_str()),
+        "A must leave B's lock alone\n{out_a}"
+    );
+    b.wait(secs(15)).expect_code(0);
+    let fence_a: u64 = read_trimmed(&dir.path().join("a-fence")).parse().unwrap();
+    let fence_b: u64 = read_trimmed(&dir.path().join("b-fence")).parse().unwrap();
+    assert!(
+        fence_b > fence_a,
+        "fence B {fence_b} must exceed fence A {fence_a}"
+    );
+}
+
+/// Fences keep increasing across a Redis restart that lost every key.
+#[test]
+fn fence_keeps_growing_across_a_restart_without_persistence() {
+    let mut redis = RedisServer::start();
+    let dir = scratch();
+    let run = |name: &str, redis: &RedisServer| {
+        Wrapper::on(redis, "f")
+            .sh(&format!("echo $REDLOCK_FENCE > {name}"))
+            .current_dir(dir.path())
+            .run()
+            .expect_code(0);
+        read_trimmed(&dir.path().join(name)).parse::<u64>().unwrap()
+    };
+    let first = run("f1", &redis);
+    let second = run("f2", &redis);
+    assert!(second > first, "{second} > {first}");
+    redis.restart();
+    assert_eq!(redis.dbsize(), 0, "restart must have lost the data");
+    let third = run("f3", &redis);
+    assert!(
+        third > second,
+        "fence after restart {third} must exceed {second}"
+    );
+}
+
+fn start_primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_until(secs(20), "replica link up", || {
+        replica
+            .cli(&["info", "replication"])
+            .contains("master_link_status:up")
+            && primary
+                .cli(&["info", "replication"])
+                .contains("connected_slaves:1")
+    });
+    (primary, replica)
+}
+
+#[test]
+fn min_replicas_runs_with_the_replica_up_and_refuses_with_it_frozen() {
+    let (primary, replica) = start_primary_and_replica();
+    let dir = scratch();
+    Wrapper::on(&primary, "r")
+        .args(["--min-replicas", "1", "--replica-timeout", "500ms"])
+        .sh("touch ran-1")
+        .current_dir(dir.path())
+        .run()
+        .expect_code(0);
+    assert!(dir.path().join("ran-1").exists());
+
+    replica.pause();
+    let out = Wrapper::on(&primary, "r")
+        .args(["--min-replicas", "1", "--replica-timeout", "500ms"])
+        .sh("touch ran-2")
+        .current_dir(dir.path())
+        .run();
+    replica.resume();
+    out.expect_code(69);
+    out.expect_stderr_contains("replicas acknowledged");
+    assert!(
+        !dir.path().join("ran-2").exists(),
+        "command must not run\n{out}"
+    );
+    assert!(
+        !primary.exists("redlock:r"),
+        "the lock must be released\n{out}"
+    );
+}
+
+/// Renewals count towards the lease only when the replicas acknowledge them: a replica that
+/// stops acknowledging mid-run stops the command before the lease runs out.
+#[test]
+fn unacknowledged_renewals_do_not_extend_the_lease() {
+    let (primary, replica) = start_primary_and_replica();
+    let dir = scratch();
+    let mut run = Wrapper::on(&primary, "r")
+        .args([
+            "--ttl",
+            "1s",
+            "--min-replicas",
+            "1",
+            "--replica-timeout",
+            "200ms",
+        ])
+        .sh("echo $$ > started; exec sleep 30")
+        .current_dir(dir.path())
+        .spawn();
+    let child = run.child_pid(&dir.path().join("started"), secs(10));
+    let _guard = PidGuard::new(child);
+    // Renewals are acknowledged while the replica runs.
+    std::thread::sleep(ms(1500));
+    assert!(
+        run.is_running(),
+        "must still run with the replica up\n{}",
+        run.describe()
+    );
+    replica.pause();
+    let frozen = Instant::now();
+    let out = run.wait(secs(10));
+    replica.resume();
+    out.expect_code(74);
+    assert!(
+        frozen.elapsed() < secs(3),
+        "command stopped {:?} after the replica froze (ttl 1s)",
+        frozen.elapsed()
+    );
+    assert!(!pid_alive(child), "child must be gone\n{out}");
+}
+
+#[test]
+fn hold_at_least_keeps_a_quick_job_locked_then_frees_it() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let started = Instant::now();
+    Wrapper::on(&redis, "cron")
+        .args(["--hold-at-least", "2s"])
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .run()
+        .expect_code(0);
+    let exited = started.elapsed();
+    assert!(
+        exited < ms(1500),
+        "the wrapper itself must exit right away, took {exited:?}"
+    );
+    let pttl = redis.pttl("redlock:cron");
+    assert!(
+        pttl > 0 && pttl <= 2000,
+        "lock must stay for the rest of 2s, PTTL {pttl}"
+    );
+    // A second host's cron run shortly after is refused.
+    let second = Wrapper::on(&redis, "cron")
+        .sh("touch ran-again")
+        .current_dir(dir.path())
+        .run();
+    second.expect_code(75);
+    assert!(!dir.path().join("ran-again").exists());
+    wait_until(secs(5), "the held lock to expire", || {
+        !redis.exists("redlock:cron")
+    });
+    assert!(
+        started.elapsed() >= ms(1900),
+        "lock freed after {:?}, before --hold-at-least 2s",
+        started.elapsed()
+    );
+    Wrapper::on(&redis, "cron")
+        .args(["--", "true"])
+        .run()
+        .expect_code(0);
+}
+
+#[test]
+fn max_runtime_stops_a_job_that_ignores_sigterm_and_exits_124() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let started = Instant::now();
+    let mut run = Wrapper::on(&redis, "slow")
+        .args(["--max-runtime", "1s", "--grace", "500ms"])
+        .sh("trap '' TERM; echo $$ > started; sleep 30; touch finished")
+        .current_dir(dir.path())
+        .spawn();
+    let child = run.child_pid(&dir.path().join("started"), secs(10));
+    let _guard = PidGuard::new(child);
+    let out = run.wait(secs(15));
+    out.expect_code(124);
+    let took = started.elapsed();
+    assert!(
+        took >= ms(1400) && took < secs(6),
+        "stopped after {took:?}; expected --max-runtime 1s + --grace 500ms"
+    );
+    assert!(
+        !pid_alive(child),
+        "child ignoring SIGTERM must be SIGKILLed\n{out}"
+    );
+    assert!(!dir.path().join("finished").exists());
+    assert!(!redis.exists("redlock:slow"), "lock released\n{out}");
+}
