@@ -17,7 +17,11 @@ use clap_mangen::Man;
 
 fn main() -> std::io::Result<()> {
     let out = std::env::args().nth(1).unwrap_or_else(|| ".".to_owned());
-    let out = Path::new(&out);
+    generate(Path::new(&out))
+}
+
+/// Write the completions and man page under `out`, reading `out/README.md`.
+pub fn generate(out: &Path) -> std::io::Result<()> {
     let completions = out.join("completions");
     let man_dir = out.join("man");
     fs::create_dir_all(&completions)?;
