@@ -26,8 +26,8 @@ fn json_field<'a>(json: &'a str, field: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {field:?} in {json}"))
         + needle.len();
     let rest = &json[start..];
-    let end = if rest.starts_with('"') {
-        1 + rest[1..].find('"').expect("closing quote") + 1
+    let end = if let Some(quoted) = rest.strip_prefix('"') {
+        quoted.find('"').expect("closing quote") + 2
     } else {
         rest.find([',', '}']).expect("end of value")
     };
