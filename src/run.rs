@@ -149,8 +149,8 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
             report.error(
                 "lost",
                 format_args!(
-                    "lock {} was lost while the command ran (its value changed); the command \
-                     was stopped",
+                    "lock {} was lost while the command ran (the key expired, was deleted or \
+                     now holds another value); the command was stopped",
                     lock.keys().lock
                 ),
             );

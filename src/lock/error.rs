@@ -31,8 +31,12 @@ pub enum FailureKind {
 impl RedisFailure {
     pub fn from_redis(err: &redis::RedisError, server: &str) -> Self {
         let code = err.code().unwrap_or_default();
+        // Redis refuses large commands from an unauthenticated client with a protocol error
+        // before it gets to say NOAUTH.
+        let unauthenticated = err.detail().is_some_and(|d| d.contains("unauthenticated"));
         let kind = if err.kind() == redis::ErrorKind::AuthenticationFailed
             || matches!(code, "NOAUTH" | "WRONGPASS")
+            || unauthenticated
         {
             FailureKind::Auth
         } else if code == "NOPERM" {

@@ -101,10 +101,14 @@ impl Lock {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
         // No CLIENT SETINFO on connect: one round trip less per run, and Redis < 7.2 rejects it.
-        let settings = target.redis.redis_settings().clone().set_skip_set_lib_name();
+        let settings = target
+            .redis
+            .redis_settings()
+            .clone()
+            .set_skip_set_lib_name();
         let info = target.redis.clone().set_redis_settings(settings);
-        let client = redis::Client::open(info)
-            .map_err(|e| RedisFailure::from_redis(&e, &server))?;
+        let client =
+            redis::Client::open(info).map_err(|e| RedisFailure::from_redis(&e, &server))?;
         // Replies are bounded per call by the callers (a renewal by the lease deadline), so the
         // manager itself sets no response timeout. Reconnects happen in the background.
         let config = ConnectionManagerConfig::new()

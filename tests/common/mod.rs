@@ -19,6 +19,7 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
@@ -507,6 +508,17 @@ impl Wrapper {
             } else {
                 Stdio::null()
             });
+        // A test runner started from a script's background job inherits SIGINT and SIGQUIT
+        // ignored; the wrapper would (rightly) keep them ignored for the child and the
+        // forwarding tests would fail for the wrong reason. Start it with defaults.
+        // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", wrapper_bin()));
