@@ -241,6 +241,11 @@ fn show(d: Duration) -> String {
 fn parse_url(url: &str, shown: &str) -> Result<redis::ConnectionInfo, UsageError> {
     let scheme = url.split_once("://").map(|(s, _)| s);
     match scheme {
+        Some("rediss") if !cfg!(feature = "tls") => {
+            return Err(usage(format!(
+                "--redis {shown}: this build has no TLS support (build with --features tls)"
+            )))
+        }
         Some("redis" | "rediss" | "unix" | "redis+unix") => {}
         Some(other) => {
             return Err(usage(format!(

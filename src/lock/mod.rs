@@ -96,6 +96,7 @@ impl Lock {
     /// server cannot be reached within the timeout or refuses the credentials.
     pub async fn connect(target: &Target) -> Result<Lock, RedisFailure> {
         let server = target.redis_shown.clone();
+        #[cfg(feature = "tls")]
         if matches!(target.redis.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             // rustls needs a process-wide crypto provider; a second install is a no-op error.
             let _ = rustls::crypto::ring::default_provider().install_default();
