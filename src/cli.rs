@@ -124,7 +124,7 @@ pub struct StatusArgs {
     pub conn: ConnArgs,
 
     /// Print one JSON object instead of text.
-    #[arg(long)]
+    #[arg(long, env = "REDLOCK_STATUS_JSON")]
     pub json: bool,
 }
 
@@ -216,11 +216,12 @@ pub struct RunArgs {
     pub replica_timeout: Duration,
 
     /// Run SHELL_STRING with /bin/sh -c instead of COMMAND.
+    // No environment variable: the command is not a setting, and one inherited by a job that
+    // itself calls redlock-run would clash with that call's own command.
     #[arg(
         short = 'c',
         long = "command",
         value_name = "SHELL_STRING",
-        env = "REDLOCK_COMMAND",
         conflicts_with = "command"
     )]
     pub shell: Option<String>,
@@ -292,6 +293,30 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Every option can be set from a REDLOCK_* variable (shown in --help), except the
+    /// command itself and help/version.
+    #[test]
+    fn every_option_has_an_environment_variable() {
+        fn check(cmd: &clap::Command) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_positional() || matches!(id, "help" | "version" | "shell") {
+                    continue;
+                }
+                let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+                assert!(
+                    env.as_deref().is_some_and(|e| e.starts_with("REDLOCK_")),
+                    "--{id} of `{}` has no REDLOCK_* variable",
+                    cmd.get_name()
+                );
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub);
+            }
+        }
+        check(&Cli::command());
     }
 
     #[test]
