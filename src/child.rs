@@ -24,6 +24,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 
 use crate::config;
+use crate::lease::Stamp;
 
 /// Why the command could not be started.
 #[derive(Debug)]
@@ -91,6 +92,15 @@ impl Job {
         let child = tokio::process::Command::from(cmd)
             .spawn()
             .map_err(classify_spawn_error)?;
+        if take_terminal {
+            // The wrapper is now a background group on the terminal; with `stty tostop` its
+            // next message would stop it with SIGTTOU while the command runs on without a
+            // supervisor. Ignoring it here does not reach the command: it was already spawned.
+            // SAFETY: setting a signal disposition to SIG_IGN.
+            unsafe {
+                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            }
+        }
         let pid = child.id().map(|id| id as libc::pid_t).unwrap_or(0);
         Ok(Job {
             child,
@@ -113,14 +123,14 @@ impl Job {
         self.child.wait().await
     }
 
-    /// After the leader exited: stop whatever is left in its group (SIGTERM, SIGKILL after
-    /// `grace`), reap it, and give the terminal back. Nothing the command started in its group
-    /// may keep running once the lock is released.
-    pub async fn finish(self, grace: Duration) {
+    /// After the leader exited: stop whatever is left in its group (SIGTERM, SIGKILL at
+    /// `kill_at`), reap it, and give the terminal back. Nothing the command started in its
+    /// group may keep running once the lock is released.
+    pub async fn finish(self, kill_at: Stamp) {
         if group_alive(self.group) {
             let _ = killpg(self.group, Signal::SIGTERM);
             let _ = killpg(self.group, Signal::SIGCONT);
-            if !wait_group_gone(self.group, grace).await {
+            if !wait_group_gone(self.group, Stamp::now().until(kill_at)).await {
                 let _ = killpg(self.group, Signal::SIGKILL);
                 wait_group_gone(self.group, Duration::from_secs(5)).await;
             }

@@ -9,6 +9,10 @@ use thiserror::Error;
 use crate::cli::{ConnArgs, RunArgs, Wait};
 use crate::lease;
 
+/// The longest --ttl, --hold-at-least and --max-runtime accepted: far beyond any job, well
+/// inside what Redis' PX and the clocks can represent.
+const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// A problem with the command line, reported as one line and exit code 2.
 #[derive(Debug, Error)]
 #[error("{0}")]
@@ -98,6 +102,15 @@ impl RunConfig {
     pub fn from_args(conn: &ConnArgs, run: &RunArgs) -> Result<Self, UsageError> {
         let command = command_from_args(run)?;
         let ttl = run.ttl;
+        for (flag, value) in [
+            ("--ttl", Some(ttl)),
+            ("--hold-at-least", run.hold_at_least),
+            ("--max-runtime", run.max_runtime),
+        ] {
+            if value.is_some_and(|v| v > LONGEST) {
+                return Err(usage(format!("{flag} is longer than 10 years")));
+            }
+        }
         if ttl < Duration::from_millis(10) {
             return Err(usage(format!(
                 "--ttl {} is too short: use at least 10ms",
@@ -127,16 +140,30 @@ impl RunConfig {
             Some(g) => g,
             None => (ttl / 3).min(Duration::from_secs(10)),
         };
-        // The first renewal must be due before the command would be told to stop.
+        // A renewal sent after one --heartbeat must have its answer (and, with
+        // --min-replicas, its acknowledgements) before the command would be told to stop:
+        // keep a tenth of the ttl for the round trip.
+        let answer_time = ttl / 10
+            + if run.min_replicas > 0 {
+                run.replica_timeout
+            } else {
+                Duration::ZERO
+            };
         let room = ttl
             .checked_sub(lease::drift(ttl))
             .and_then(|d| d.checked_sub(grace));
-        if !room.is_some_and(|room| heartbeat < room) {
+        if !room.is_some_and(|room| heartbeat + answer_time <= room) {
             return Err(usage(format!(
-                "--heartbeat {} plus --grace {} leave no time to renew within --ttl {}",
+                "--heartbeat {} and --grace {} leave too little time to renew within --ttl {}: \
+                 heartbeat + grace + ttl/10{} must stay under the ttl",
                 show(heartbeat),
                 show(grace),
-                show(ttl)
+                show(ttl),
+                if run.min_replicas > 0 {
+                    " + --replica-timeout"
+                } else {
+                    ""
+                }
             )));
         }
         if run.max_runtime.is_some_and(|d| d.is_zero()) {

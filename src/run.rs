@@ -52,7 +52,16 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
             return Ending::Unavailable;
         }
     };
-    let token = uuid::Uuid::new_v4().simple().to_string();
+    let token = match new_token() {
+        Ok(token) => token,
+        Err(e) => {
+            report.error(
+                "internal",
+                format_args!("cannot read random bytes for the token: {e}"),
+            );
+            return Ending::Software;
+        }
+    };
     let holder = HolderInfo {
         host: hostname(),
         pid: std::process::id(),
@@ -88,6 +97,22 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
         return Ending::Interrupted(sig as i32);
     }
 
+    // The acquire's reply, the replica check or a pause of this process may have taken so long
+    // that the lease is already in its last --grace: then starting the command would be
+    // starting it without the lock.
+    if held.lease.standing(Stamp::now()) != Standing::Safe {
+        release(cfg, &lock, &token, &held, report, true).await;
+        report.error(
+            "lost",
+            format_args!(
+                "lease on {} ran out before the command could start (slow reply, replica wait \
+                 or a paused process); not running it",
+                lock.keys().lock
+            ),
+        );
+        return Ending::Lost;
+    }
+
     // 3. Run the command under the lease.
     child::become_subreaper();
     let env = [
@@ -115,17 +140,13 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
         "spawned",
         format_args!("started pid {}: {}", job.pid(), cfg.command.display),
     );
-    let (end, stop) = supervise(
-        cfg,
-        &lock,
-        &token,
-        held.lease,
-        &mut job,
-        &mut signals,
-        report,
-    )
-    .await;
-    job.finish(cfg.grace).await;
+    let (end, stop, deadline) =
+        supervise(cfg, &lock, &token, &held, &mut job, &mut signals, report).await;
+    // Leftovers in the group get --grace, but never past the lease: renewals have stopped.
+    let leftovers_until = Stamp::now()
+        .checked_add(cfg.grace)
+        .map_or(deadline, |at| at.min(deadline));
+    job.finish(leftovers_until).await;
 
     // 4. Release and decide the outcome.
     let lost_already = matches!(stop, Some(Stop::Lost | Stop::Unconfirmed(_)));
@@ -167,6 +188,8 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
             );
             Ending::Lost
         }
+        // The lock was not ours at release: that outranks how the command ended.
+        Some(Stop::MaxRuntime | Stop::Signal(_)) | None if !released_ours => Ending::Lost,
         Some(Stop::MaxRuntime) => {
             report.error(
                 "max-runtime",
@@ -177,7 +200,6 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
             );
             Ending::MaxRuntime
         }
-        Some(Stop::Signal(_)) | None if !released_ours => Ending::Lost,
         Some(Stop::Signal(_)) | None => Ending::Ran(ChildEnd::from(end)),
     }
 }
@@ -185,6 +207,8 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
 /// The lock as held by this run.
 struct Held {
     lease: Lease,
+    /// When the successful SET was sent: the lease and the heartbeat count from here.
+    sent: Stamp,
     fence: u64,
     /// When the acquire's reply arrived: `--hold-at-least` counts from here, which is no
     /// earlier than the server's SET.
@@ -219,6 +243,7 @@ async fn acquire(
                 let held = Held {
                     lease: Lease::granted(sent, cfg.ttl, cfg.grace)
                         .expect("config guarantees ttl > drift"),
+                    sent,
                     fence,
                     acquired: now,
                     waited: now.since(started),
@@ -257,6 +282,12 @@ async fn acquire(
                 }
             }
             Err(e) => {
+                // A SET whose reply timed out or could not be read may still have landed:
+                // take back our own token, if it is there, rather than block everyone for a
+                // whole TTL. The compare in the script leaves any other value alone.
+                if e.may_have_written() {
+                    let _ = lock.release(token, Duration::ZERO).await;
+                }
                 report.error("unavailable", &e);
                 break Err(Ending::Unavailable);
             }
@@ -318,8 +349,8 @@ enum Renewal {
 
 type RenewalFuture<'a> = Pin<Box<dyn Future<Output = (Stamp, Renewal)> + 'a>>;
 
-/// Run the command to its end while keeping the lease. Returns its wait status and, if the
-/// supervisor had to stop it, why.
+/// Run the command to its end while keeping the lease. Returns its wait status, why the
+/// supervisor had to stop it (if it did), and the lease deadline at the end.
 ///
 /// Each pass of the loop first reads the clock and acts on the lease standing, so a process
 /// that wakes up late (SIGSTOP, VM pause, suspend, overload) stops the command before it does
@@ -329,21 +360,27 @@ async fn supervise(
     cfg: &RunConfig,
     lock: &Lock,
     token: &str,
-    mut lease: Lease,
+    held: &Held,
     job: &mut Job,
     signals: &mut Signals,
     report: &Reporter,
-) -> (std::io::Result<std::process::ExitStatus>, Option<Stop>) {
+) -> (
+    std::io::Result<std::process::ExitStatus>,
+    Option<Stop>,
+    Stamp,
+) {
     let started = Stamp::now();
+    let mut lease = held.lease;
     let max_runtime_at = cfg.max_runtime.and_then(|d| started.checked_add(d));
-    let mut next_renewal = started.checked_add(cfg.heartbeat);
+    // Heartbeats count from the acquire's send time, like the lease they extend.
+    let mut next_renewal = held.sent.checked_add(cfg.heartbeat);
     let mut renewal: Option<RenewalFuture<'_>> = None;
     let mut stop: Option<Stop> = None;
     // When SIGKILL goes to the group, once the command has been asked to stop.
     let mut kill_at: Option<Stamp> = None;
     let mut killed = false;
     let mut quit_signals = 0u32;
-    let mut last_error = String::from("no reply from Redis");
+    let mut last_error = String::from("no renewal was answered in time");
 
     loop {
         let now = Stamp::now();
@@ -406,7 +443,7 @@ async fn supervise(
 
         tokio::select! {
             biased;
-            status = job.wait() => return (status, stop),
+            status = job.wait() => return (status, stop, lease.deadline()),
             sig = signals.recv() => {
                 let quit = matches!(sig, Signal::SIGINT | Signal::SIGTERM);
                 if quit {
@@ -585,6 +622,27 @@ impl Backoff {
     }
 }
 
+/// 128 random bits from the kernel's CSPRNG (getrandom(2)), as 32 hex digits: unique and
+/// unguessable, so no other run can produce (or forge) the value it compares against.
+fn new_token() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        let rest = &mut bytes[filled..];
+        // SAFETY: the pointer and length describe the unfilled part of `bytes`.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        filled += n as usize;
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 fn hostname() -> String {
     nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
@@ -635,6 +693,15 @@ mod tests {
         );
         let foreign = Holder::default();
         assert!(busy_message("k", &foreign, Wait::For(Duration::from_secs(2))).contains("no TTL"));
+    }
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_differ() {
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
     }
 
     #[test]

@@ -671,6 +671,36 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
                 "--redis", &url, "--key", "k", "--grace", "1s", "--ttl", "1s",
             ],
         ),
+        (
+            "heartbeat + grace leave no time to renew",
+            vec![
+                "--redis",
+                &url,
+                "--key",
+                "k",
+                "--ttl",
+                "1s",
+                "--grace",
+                "300ms",
+                "--heartbeat",
+                "686ms",
+            ],
+        ),
+        (
+            "ttl beyond what Redis can hold",
+            vec!["--redis", &url, "--key", "k", "--ttl", "500000000000y"],
+        ),
+        (
+            "max-runtime that overflows the clock",
+            vec![
+                "--redis",
+                &url,
+                "--key",
+                "k",
+                "--max-runtime",
+                "500000000000y",
+            ],
+        ),
         ("empty key", vec!["--redis", &url, "--key", ""]),
         ("missing key", vec!["--redis", &url]),
         (

@@ -345,3 +345,89 @@ fn max_runtime_stops_a_job_that_ignores_sigterm_and_exits_124() {
     assert!(!dir.path().join("finished").exists());
     assert!(!redis.exists("redlock:slow"), "lock released\n{out}");
 }
+
+/// An acquire whose reply comes back after the lease has run out (here: the server is busy
+/// for longer than the ttl after the SET was sent) must not start the command.
+#[test]
+fn lease_gone_before_the_command_starts_means_no_run() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let port = redis.port().to_string();
+    let mut sleeper = std::process::Command::new("redis-cli")
+        .args(["-p", &port, "debug", "sleep", "2"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let DEBUG SLEEP start before the wrapper sends its SET.
+    std::thread::sleep(ms(200));
+    let out = Wrapper::on(&redis, "late")
+        .args(["--ttl", "1s", "--connect-timeout", "10s"])
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .run();
+    let _ = sleeper.wait();
+    out.expect_code(74);
+    out.expect_stderr_contains("not running it");
+    assert!(
+        !dir.path().join("ran").exists(),
+        "command ran without a lease\n{out}"
+    );
+}
+
+/// Processes the command left in its group are stopped by the lease deadline even when the
+/// leader takes its time to exit after SIGTERM and the rest ignore SIGTERM.
+#[test]
+fn leftovers_in_the_group_do_not_outlive_the_lease() {
+    let mut redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Wrapper::on(&redis, "bg")
+        .args(["--ttl", "3s", "--grace", "1s"])
+        .sh(
+            "(trap '' TERM; while :; do date +%s%N >> bg; sleep 0.05; done) & \
+             trap 'sleep 0.9; exit 0' TERM; echo $$ > started; sleep 30 & wait",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+    std::thread::sleep(ms(300));
+    let killed_ns = now_ns();
+    redis.kill();
+    let out = run.wait(secs(15));
+    out.expect_code(74);
+    let last: u128 = fs::read_to_string(dir.path().join("bg"))
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The last successful renewal was sent before the kill; the lease ends at most
+    // ttl - drift (2.97 s) after it.
+    let after_kill = Duration::from_nanos(last.saturating_sub(killed_ns) as u64);
+    assert!(
+        after_kill < ms(3050),
+        "a process of the group still ran {after_kill:?} after Redis died (ttl 3s)\n{out}"
+    );
+}
+
+/// A corrupt fence counter is refused before anything is written.
+#[test]
+fn corrupt_fence_counter_is_refused_without_taking_the_lock() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    for bad in ["inf", "1e300", "9007199254740993", "-5"] {
+        redis.cli(&["set", "{redlock:fc}:fence", bad]);
+        let out = Wrapper::on(&redis, "fc")
+            .sh("touch ran")
+            .current_dir(dir.path())
+            .run();
+        out.expect_code(69);
+        out.expect_stderr_contains("fence");
+        assert!(
+            !redis.exists("redlock:fc"),
+            "lock written with fence {bad}\n{out}"
+        );
+        assert!(!dir.path().join("ran").exists());
+        assert_eq!(redis.get("{redlock:fc}:fence").as_deref(), Some(bad));
+    }
+}

@@ -95,3 +95,39 @@ fn waiting_on_a_terminal_shows_one_live_line_without_colour_under_no_color() {
         "dim without NO_COLOR: {coloured:?}"
     );
 }
+
+/// With `stty tostop`, a background process that writes to the terminal is stopped by
+/// SIGTTOU. The wrapper is in the background while the command has the terminal; its -v
+/// messages must not freeze it (a frozen wrapper renews nothing while the command runs on).
+#[test]
+fn verbose_messages_do_not_stop_the_wrapper_under_tostop() {
+    let redis = RedisServer::start();
+    let inner = format!(
+        "set -m; stty tostop; {} -v --redis {} --key tostop --ttl 1s -- sleep 2; echo exit=$?",
+        wrapper_bin(),
+        redis.url()
+    );
+    let mut cmd = Command::new("script");
+    // bash with job control runs the wrapper as its own job, so its group is not orphaned and
+    // a background write really gets SIGTTOU.
+    cmd.args(["-qefc", &format!("bash -c '{inner}'"), "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let _guard = PidGuard::new(child.id() as i32);
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("wrapper stopped by SIGTTOU (still running after 20 s)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("exit=0"), "terminal showed:\n{shown}");
+    assert!(
+        shown.contains("released redlock:tostop"),
+        "terminal showed:\n{shown}"
+    );
+}

@@ -10,6 +10,7 @@ pub struct RedisFailure {
     /// The server, with any password redacted.
     pub server: String,
     detail: String,
+    maybe_sent: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,7 @@ impl RedisFailure {
             kind,
             server: server.to_owned(),
             detail: describe(err),
+            maybe_sent: kind == FailureKind::Unreachable && !err.is_connection_refusal(),
         }
     }
 
@@ -67,6 +69,7 @@ impl RedisFailure {
             kind: FailureKind::Unreachable,
             server: server.to_owned(),
             detail: format!("no reply to {what} in time"),
+            maybe_sent: true,
         }
     }
 
@@ -75,7 +78,15 @@ impl RedisFailure {
             kind: FailureKind::Other,
             server: server.to_owned(),
             detail: detail.into(),
+            maybe_sent: true,
         }
+    }
+
+    /// The request may have reached the server and been carried out although no usable reply
+    /// came back (a timeout, a dropped connection, a reply we could not read). Not after a
+    /// refused connection or a refused login.
+    pub fn may_have_written(&self) -> bool {
+        self.maybe_sent
     }
 
     /// Worth another try after a pause.

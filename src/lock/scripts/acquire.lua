@@ -12,29 +12,29 @@ if kind ~= 'none' then
   if kind ~= 'string' then
     return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
   end
-  -- Our own token: an earlier attempt of this run landed although its reply was lost (a
-  -- timeout). Take it as acquired now; the PEXPIRE restarts the TTL from this call.
-  if redis.call('GET', lock) == token then
-    redis.call('PEXPIRE', lock, ttl)
-    redis.call('PEXPIRE', holder, ttl)
-    return {1, redis.call('HGET', holder, 'fence')}
+  -- Busy, unless it is our own token: an earlier attempt of this run landed although its reply
+  -- was lost (a timeout). Then it is taken anew below, with a new fence and a fresh TTL.
+  if redis.call('GET', lock) ~= token then
+    -- Report who holds it, but only if the holder info belongs to the current value:
+    -- a lock taken by another client on a raw key has no (or stale) holder info.
+    local host, pid = '', ''
+    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid')
+    if type(info) == 'table' and not info.err and info[1] == redis.call('GET', lock) then
+      host, pid = info[2] or '', info[3] or ''
+    end
+    return {0, redis.call('PTTL', lock), host, pid}
   end
-  -- Busy. Report who holds it, but only if the holder info belongs to the current value:
-  -- a lock taken by another client on a raw key has no (or stale) holder info.
-  local host, pid = '', ''
-  local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid')
-  if type(info) == 'table' and not info.err and info[1] == redis.call('GET', lock) then
-    host, pid = info[2] or '', info[3] or ''
-  end
-  return {0, redis.call('PTTL', lock), host, pid}
 end
 
+-- Lua numbers are doubles: integers are exact up to 2^53, far beyond microseconds since 1970
+-- (2^53 us is the year 2255). Anything else in the counter is refused before any write.
 local last = redis.call('GET', fence_key)
 if last then
-  last = tonumber(last)
-  if not last then
-    return redis.error_reply('WRONGTYPE the fence key ' .. fence_key .. ' does not hold an integer')
+  if not string.match(last, '^%d+$') or #last > 16 or tonumber(last) >= 9007199254740991 then
+    return redis.error_reply('WRONGTYPE the fence key ' .. fence_key ..
+      ' does not hold a fence (a decimal integer below 2^53)')
   end
+  last = tonumber(last)
 else
   last = 0
 end
