@@ -77,14 +77,7 @@ impl Job {
                     libc::kill(libc::getpid(), libc::SIGKILL);
                 }
                 if take_terminal {
-                    // A background group calling tcsetpgrp gets SIGTTOU unless it is blocked.
-                    let mut set: libc::sigset_t = std::mem::zeroed();
-                    let mut old: libc::sigset_t = std::mem::zeroed();
-                    libc::sigemptyset(&mut set);
-                    libc::sigaddset(&mut set, libc::SIGTTOU);
-                    libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
-                    libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
-                    libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+                    give_terminal_to(libc::getpid());
                 }
                 Ok(())
             });
@@ -158,17 +151,23 @@ fn owns_terminal_foreground() -> bool {
 }
 
 fn take_terminal_back() {
-    // SAFETY: same calls as in the child; SIGTTOU is blocked around tcsetpgrp because the
-    // wrapper is a background group at this point.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTTOU);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-        libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-    }
+    // SAFETY: see give_terminal_to.
+    unsafe { give_terminal_to(libc::getpgrp()) }
+}
+
+/// Make `group` the terminal's foreground group. Called from a background group (the child
+/// before exec, the wrapper afterwards), which would get SIGTTOU unless it is blocked.
+///
+/// # Safety
+/// Async-signal-safe calls only, so it may run in the forked child before exec.
+unsafe fn give_terminal_to(group: libc::pid_t) {
+    let mut set: libc::sigset_t = std::mem::zeroed();
+    let mut old: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut set);
+    libc::sigaddset(&mut set, libc::SIGTTOU);
+    libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+    libc::tcsetpgrp(libc::STDIN_FILENO, group);
+    libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
 }
 
 /// Any process (zombies included) still in the group?
