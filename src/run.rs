@@ -22,7 +22,7 @@ use crate::cli::Wait;
 use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
 use crate::lease::{Lease, Stamp, Standing};
-use crate::lock::{Acquired, Holder, HolderInfo, Lock, Released};
+use crate::lock::{Acquired, Holder, HolderInfo, Lock, ReleaseNotices, Released};
 use crate::report::Reporter;
 use crate::signals::Signals;
 
@@ -226,6 +226,10 @@ async fn acquire(
 ) -> Result<Held, Ending> {
     let started = Stamp::now();
     let mut backoff = Backoff::new(token);
+    // Subscribed on the first busy reply when there is time to wait; wakes the next attempt
+    // as soon as the holder releases, instead of at the next poll.
+    let mut notices: Option<ReleaseNotices> = None;
+    let mut subscribed = false;
     let result = loop {
         let sent = Stamp::now();
         // Never cancelled by a signal: a SET that was sent may have landed. A signal is looked
@@ -265,9 +269,21 @@ async fn acquire(
                     now.since(started),
                     cfg.wait,
                 ));
+                if !subscribed {
+                    subscribed = true;
+                    notices = lock.release_notices().await;
+                    // The holder may have released while we subscribed: try again at once.
+                    continue;
+                }
                 let nap = backoff.next().min(left);
                 tokio::select! {
                     () = tokio::time::sleep(nap) => {}
+                    () = async {
+                        match notices.as_mut() {
+                            Some(n) => n.next().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
                     sig = signals.recv() => break Err(Ending::Interrupted(sig as i32)),
                 }
             }

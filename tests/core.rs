@@ -1129,3 +1129,70 @@ fn harness_sanity_server_restart_keeps_the_port() {
         "restart without persistence starts empty"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Waiters are woken by the release instead of polling
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn release_is_announced_and_wakes_a_waiter() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let channel = "{redlock:wake}:released";
+
+    // The release script announces the release on the lock's channel.
+    let mut listener = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string(), "subscribe", channel])
+        .stdout(fs::File::create(dir.path().join("heard")).unwrap())
+        .spawn()
+        .unwrap();
+    let _listener_guard = PidGuard::new(listener.id() as i32);
+    wait_until(secs(5), "test subscriber", || {
+        redis.cli(&["pubsub", "numsub", channel]).ends_with('1')
+    });
+    Wrapper::on(&redis, "wake")
+        .args(["--", "true"])
+        .run()
+        .expect_code(0);
+    let heard = dir.path().join("heard");
+    wait_until(secs(5), "release announcement", || {
+        fs::read_to_string(&heard).is_ok_and(|s| s.matches(channel).count() >= 2)
+    });
+    let _ = listener.kill();
+    let _ = listener.wait();
+
+    // A waiter subscribes while the lock is busy, and acts on an announcement at once
+    // rather than at its next poll (by now up to 250 ms apart).
+    redis.cli(&["set", "redlock:wake", "someone", "px", "60000"]);
+    let mut waiter = Wrapper::on(&redis, "wake")
+        .args(["--wait", "30s"])
+        .sh("date +%s%N > started")
+        .current_dir(dir.path())
+        .spawn();
+    waiter.wait_until(secs(10), "waiter subscribed", || {
+        redis.cli(&["pubsub", "numsub", channel]).ends_with('1')
+    });
+    thread::sleep(secs(2));
+    let released_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    redis.cli(&[
+        "eval",
+        "redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[2], '1')",
+        "2",
+        "redlock:wake",
+        channel,
+    ]);
+    waiter.wait(secs(10)).expect_code(0);
+    let started: u128 = fs::read_to_string(dir.path().join("started"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let delay = Duration::from_nanos(started.saturating_sub(released_ns) as u64);
+    assert!(
+        delay < ms(100),
+        "waiter started {delay:?} after the release was announced"
+    );
+}

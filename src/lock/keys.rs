@@ -14,6 +14,8 @@ pub struct Keys {
     pub fence: String,
     /// Holder info for `status` (a hash), expiring with the lock.
     pub holder: String,
+    /// Pub/sub channel on which a release is announced, so waiters need not poll.
+    pub released: String,
 }
 
 impl Keys {
@@ -27,6 +29,7 @@ impl Keys {
             lock: lock.to_owned(),
             fence: format!("{base}:fence"),
             holder: format!("{base}:holder"),
+            released: format!("{base}:released"),
         }
     }
 }

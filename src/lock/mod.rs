@@ -8,7 +8,8 @@ mod keys;
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink, PubSubStream};
 use redis::{Script, Value};
 
 pub use error::{FailureKind, RedisFailure};
@@ -75,6 +76,7 @@ pub struct HolderInfo {
 /// One lock on one Redis server.
 #[derive(Clone)]
 pub struct Lock {
+    client: redis::Client,
     conn: ConnectionManager,
     keys: Keys,
     server: String,
@@ -121,12 +123,13 @@ impl Lock {
             .set_number_of_retries(0);
         let conn = tokio::time::timeout(
             target.timeout,
-            ConnectionManager::new_with_config(client, config),
+            ConnectionManager::new_with_config(client.clone(), config),
         )
         .await
         .map_err(|_| RedisFailure::timeout(&server, "the connection attempt"))?
         .map_err(|e| RedisFailure::from_redis(&e, &server))?;
         Ok(Lock {
+            client,
             conn,
             keys: Keys::new(&target.key),
             server,
@@ -198,6 +201,7 @@ impl Lock {
         let mut invocation = script.key(&self.keys.lock);
         invocation
             .key(&self.keys.holder)
+            .key(&self.keys.released)
             .arg(token)
             .arg(millis(keep));
         let reply: i64 = self
@@ -228,6 +232,24 @@ impl Lock {
         Ok(u32::try_from(acked).unwrap_or(0))
     }
 
+    /// Subscribe to release announcements of this lock, on a connection of its own. `None` if
+    /// that fails: waiting then falls back to polling alone.
+    pub async fn release_notices(&self) -> Option<ReleaseNotices> {
+        let subscribe = async {
+            let mut pubsub = self.client.get_async_pubsub().await.ok()?;
+            pubsub.subscribe(&self.keys.released).await.ok()?;
+            let (sink, stream) = pubsub.split();
+            Some(ReleaseNotices {
+                _sink: sink,
+                stream,
+            })
+        };
+        tokio::time::timeout(self.timeout, subscribe)
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// Who holds the lock now. Read-only.
     pub async fn status(&self) -> Result<Status, RedisFailure> {
         let mut pipe = redis::pipe();
@@ -255,6 +277,23 @@ impl Lock {
             .await
             .map_err(|_| RedisFailure::timeout(&self.server, what))?
             .map_err(|e| RedisFailure::from_redis(&e, &self.server))
+    }
+}
+
+/// Announcements that the lock was released. A hint only: a missed or late message costs one
+/// poll interval, and expiry (a holder that died) is never announced.
+pub struct ReleaseNotices {
+    /// Kept so the subscription stays open.
+    _sink: PubSubSink,
+    stream: PubSubStream,
+}
+
+impl ReleaseNotices {
+    /// The next announcement; pending forever once the connection is gone.
+    pub async fn next(&mut self) {
+        if self.stream.next().await.is_none() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 -- Release the lock if it still holds our token; never touch anyone else's.
--- KEYS: lock, holder hash. ARGV: token, keep ms.
+-- KEYS: lock, holder hash, release channel. ARGV: token, keep ms.
 -- keep > 0 (--hold-at-least): leave the lock to expire after keep ms instead of deleting it.
 -- Returns 1 released, 0 held by another value, -1 already gone.
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -15,5 +15,7 @@ if keep > 0 then
   redis.call('PEXPIRE', KEYS[2], keep)
 else
   redis.call('DEL', KEYS[1], KEYS[2])
+  -- Wake the waiters now instead of at their next poll.
+  redis.call('PUBLISH', KEYS[3], '1')
 end
 return 1
