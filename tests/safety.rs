@@ -402,10 +402,11 @@ fn leftovers_in_the_group_do_not_outlive_the_lease() {
         .parse()
         .unwrap();
     // The last successful renewal was sent before the kill; the lease ends at most
-    // ttl - drift (2.97 s) after it.
+    // ttl - drift (2.97 s) after it. Without the bound the leftover runs on for --grace past
+    // the leader's exit, to about 3.7-3.9 s.
     let after_kill = Duration::from_nanos(last.saturating_sub(killed_ns) as u64);
     assert!(
-        after_kill < ms(3050),
+        after_kill < ms(3350),
         "a process of the group still ran {after_kill:?} after Redis died (ttl 3s)\n{out}"
     );
 }
