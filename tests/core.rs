@@ -1196,3 +1196,50 @@ fn release_is_announced_and_wakes_a_waiter() {
         "waiter started {delay:?} after the release was announced"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Refusals that each get their own message: read-only replica, ACL without scripting
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn read_only_replica_exits_69_and_says_so() {
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_until(secs(20), "replica link up", || {
+        replica
+            .cli(&["info", "replication"])
+            .contains("master_link_status:up")
+    });
+    let dir = scratch();
+    let out = Wrapper::on(&replica, "ro")
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    let line = out.expect_one_line();
+    assert!(line.contains("read-only replica"), "{out}");
+    assert!(!dir.path().join("ran").exists());
+    assert!(!primary.exists("redlock:ro"));
+}
+
+#[test]
+fn acl_user_without_scripting_exits_69_and_says_so() {
+    let redis = RedisServer::start();
+    redis.cli(&[
+        "acl", "setuser", "cron", "on", ">cronpw", "~*", "&*", "+@all", "-eval", "-evalsha",
+    ]);
+    let dir = scratch();
+    let url = format!("redis://cron:cronpw@127.0.0.1:{}", redis.port());
+    let out = Wrapper::new()
+        .args(["--redis", &url, "--key", "acl"])
+        .args(["-c", "touch ran"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    let line = out.expect_one_line();
+    assert!(line.contains("denied") && line.contains("EVAL"), "{out}");
+    assert!(!line.contains("cronpw"), "password leaked: {line}");
+    assert!(!dir.path().join("ran").exists());
+    assert_eq!(redis.dbsize(), 0, "nothing written\n{out}");
+}
