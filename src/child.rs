@@ -117,13 +117,17 @@ impl Job {
     }
 
     /// After the leader exited: stop whatever is left in its group (SIGTERM, SIGKILL at
-    /// `kill_at`), reap it, and give the terminal back. Nothing the command started in its
-    /// group may keep running once the lock is released.
-    pub async fn finish(self, kill_at: Stamp) {
+    /// `kill_at` or as soon as `hurry` completes), reap it, and give the terminal back.
+    /// Nothing the command started in its group may keep running once the lock is released.
+    pub async fn finish(self, kill_at: Stamp, hurry: impl std::future::Future) {
         if group_alive(self.group) {
             let _ = killpg(self.group, Signal::SIGTERM);
             let _ = killpg(self.group, Signal::SIGCONT);
-            if !wait_group_gone(self.group, Stamp::now().until(kill_at)).await {
+            let gone = tokio::select! {
+                gone = wait_group_gone(self.group, Stamp::now().until(kill_at)) => gone,
+                _ = hurry => false,
+            };
+            if !gone {
                 let _ = killpg(self.group, Signal::SIGKILL);
                 wait_group_gone(self.group, Duration::from_secs(5)).await;
             }

@@ -146,7 +146,8 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
     let leftovers_until = Stamp::now()
         .checked_add(cfg.grace)
         .map_or(deadline, |at| at.min(deadline));
-    job.finish(leftovers_until).await;
+    // An INT or TERM now (the user pressing Ctrl-C again) skips the wait for leftovers.
+    job.finish(leftovers_until, signals.recv_quit()).await;
 
     // 4. Release and decide the outcome.
     let lost_already = matches!(stop, Some(Stop::Lost | Stop::Unconfirmed(_)));

@@ -53,6 +53,16 @@ impl Signals {
         .await
     }
 
+    /// The next INT or TERM; other caught signals are dropped meanwhile.
+    pub async fn recv_quit(&mut self) -> Signal {
+        loop {
+            let sig = self.recv().await;
+            if matches!(sig, Signal::SIGINT | Signal::SIGTERM) {
+                return sig;
+            }
+        }
+    }
+
     /// A signal that has already arrived, without waiting.
     pub async fn pending(&mut self) -> Option<Signal> {
         tokio::select! {

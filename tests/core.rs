@@ -449,6 +449,43 @@ fn second_sigterm_kills_the_child_group_at_once() {
     assert!(!held_after, "key released\n{out}");
 }
 
+/// The leader exits on the first TERM but leaves a process in its group that ignores TERM;
+/// the wrapper waits up to --grace (10 s) for it, unless a second TERM says not to.
+#[test]
+fn second_sigterm_after_the_leader_exited_skips_the_wait_for_leftovers() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Wrapper::on(&redis, "k")
+        .args(["--ttl", "60s"])
+        .sh("(trap '' TERM; exec sh -c 'echo $$ > leftover; exec sleep 30') & \
+             trap 'exit 0' TERM; echo $$ > started; sleep 30 & wait")
+        .current_dir(dir.path())
+        .spawn();
+    let leader = run.child_pid(&dir.path().join("started"), secs(10));
+    let leftover = read_pid_file(&dir.path().join("leftover"), secs(10));
+    let _guard = PidGuard::new(leftover);
+    run.signal(Signal::SIGTERM);
+    run.wait_until(secs(5), "leader to exit", || !pid_alive(leader));
+    // Give the wrapper a moment to reach the leftover clean-up.
+    thread::sleep(ms(300));
+    assert!(
+        pid_alive(leftover),
+        "the leftover ignores TERM\n{}",
+        run.describe()
+    );
+    let second = Instant::now();
+    run.signal(Signal::SIGTERM);
+    let out = run.wait(secs(20));
+    let took = second.elapsed();
+    assert!(
+        took < secs(3),
+        "second SIGTERM must cut the wait for leftovers short: took {took:?}\n{out}"
+    );
+    assert!(!pid_alive(leftover), "leftover gone\n{out}");
+    out.expect_code(0);
+    assert!(!redis.exists("redlock:k"), "key released\n{out}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 7. Wrapper SIGKILLed
 // ---------------------------------------------------------------------------------------------
