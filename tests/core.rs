@@ -457,8 +457,10 @@ fn second_sigterm_after_the_leader_exited_skips_the_wait_for_leftovers() {
     let dir = scratch();
     let mut run = Wrapper::on(&redis, "k")
         .args(["--ttl", "60s"])
-        .sh("(trap '' TERM; exec sh -c 'echo $$ > leftover; exec sleep 30') & \
-             trap 'exit 0' TERM; echo $$ > started; sleep 30 & wait")
+        .sh(
+            "(trap '' TERM; exec sh -c 'echo $$ > leftover; exec sleep 30') & \
+             trap 'exit 0' TERM; echo $$ > started; sleep 30 & wait",
+        )
         .current_dir(dir.path())
         .spawn();
     let leader = run.child_pid(&dir.path().join("started"), secs(10));
@@ -1210,10 +1212,7 @@ fn release_is_announced_and_wakes_a_waiter() {
         redis.cli(&["pubsub", "numsub", channel]).ends_with('1')
     });
     thread::sleep(secs(2));
-    let released_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
+    let released_ns = now_ns();
     redis.cli(&[
         "eval",
         "redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[2], '1')",
@@ -1222,11 +1221,7 @@ fn release_is_announced_and_wakes_a_waiter() {
         channel,
     ]);
     waiter.wait(secs(10)).expect_code(0);
-    let started: u128 = fs::read_to_string(dir.path().join("started"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let started: u128 = read_trimmed(&dir.path().join("started")).parse().unwrap();
     let delay = Duration::from_nanos(started.saturating_sub(released_ns) as u64);
     assert!(
         delay < ms(100),
@@ -1240,14 +1235,7 @@ fn release_is_announced_and_wakes_a_waiter() {
 
 #[test]
 fn read_only_replica_exits_69_and_says_so() {
-    let primary = RedisServer::start();
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_until(secs(20), "replica link up", || {
-        replica
-            .cli(&["info", "replication"])
-            .contains("master_link_status:up")
-    });
+    let (primary, replica) = start_primary_and_replica();
     let dir = scratch();
     let out = Wrapper::on(&replica, "ro")
         .sh("touch ran")

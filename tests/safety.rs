@@ -4,7 +4,7 @@
 mod common;
 
 use std::fs;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::*;
 use nix::sys::signal::Signal;
@@ -15,20 +15,6 @@ fn secs(n: u64) -> Duration {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-fn now_ns() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-fn read_trimmed(path: &std::path::Path) -> String {
-    fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
-        .trim()
-        .to_owned()
 }
 
 /// The protected store's rule: accept a write only if its fence is higher than the last
@@ -189,21 +175,6 @@ fn fence_keeps_growing_across_a_restart_without_persistence() {
         third > second,
         "fence after restart {third} must exceed {second}"
     );
-}
-
-fn start_primary_and_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_until(secs(20), "replica link up", || {
-        replica
-            .cli(&["info", "replication"])
-            .contains("master_link_status:up")
-            && primary
-                .cli(&["info", "replication"])
-                .contains("connected_slaves:1")
-    });
-    (primary, replica)
 }
 
 #[test]
@@ -394,8 +365,7 @@ fn leftovers_in_the_group_do_not_outlive_the_lease() {
     redis.kill();
     let out = run.wait(secs(15));
     out.expect_code(74);
-    let last: u128 = fs::read_to_string(dir.path().join("bg"))
-        .unwrap()
+    let last: u128 = read_trimmed(&dir.path().join("bg"))
         .lines()
         .last()
         .unwrap()

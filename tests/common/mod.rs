@@ -765,3 +765,39 @@ pub fn scratch() -> TempDir {
         .tempdir()
         .expect("scratch tempdir")
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shared small helpers
+// ---------------------------------------------------------------------------------------------
+
+/// Wall-clock nanoseconds, comparable with `date +%s%N` written by a child.
+pub fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A marker file's content without surrounding whitespace; panics naming the file.
+pub fn read_trimmed(path: &Path) -> String {
+    fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+/// A primary and a replica of it, once the replication link is up.
+pub fn start_primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_until(Duration::from_secs(20), "replica link up", || {
+        replica
+            .cli(&["info", "replication"])
+            .contains("master_link_status:up")
+            && primary
+                .cli(&["info", "replication"])
+                .contains("connected_slaves:1")
+    });
+    (primary, replica)
+}
