@@ -8,10 +8,12 @@
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
 //! - `signals`: which signals are caught and forwarded.
 //! - `run`: the supervisor; every lock state change happens there.
+//! - `backoff`: pauses between attempts on a busy lock.
 //! - `status`: the `status` subcommand.
 //! - `report`: stderr messages, text or JSON.
 //! - `exit`: how a run ends and the exit code of each ending.
 
+pub mod backoff;
 pub mod child;
 pub mod cli;
 pub mod config;

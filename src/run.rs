@@ -17,12 +17,13 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use crate::backoff::Backoff;
 use crate::child::{self, Job, SpawnError};
 use crate::cli::Wait;
 use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
 use crate::lease::{Lease, Stamp, Standing};
-use crate::lock::{Acquired, Holder, HolderInfo, Lock, ReleaseNotices, Released};
+use crate::lock::{new_token, Acquired, Holder, HolderInfo, Lock, ReleaseNotices, Released};
 use crate::report::Reporter;
 use crate::signals::Signals;
 
@@ -32,10 +33,6 @@ const MAX_NAP: Duration = Duration::from_millis(200);
 
 /// Pause between renewal attempts after a failed one.
 const RENEW_RETRY: Duration = Duration::from_millis(100);
-
-/// First and largest pause between acquire attempts on a busy lock.
-const BACKOFF_FIRST: Duration = Duration::from_millis(10);
-const BACKOFF_CAP: Duration = Duration::from_millis(250);
 
 pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
     let mut signals = match Signals::install() {
@@ -276,7 +273,7 @@ async fn acquire(
                     // The holder may have released while we subscribed: try again at once.
                     continue;
                 }
-                let nap = backoff.next().min(left);
+                let nap = backoff.pause().min(left);
                 tokio::select! {
                     () = tokio::time::sleep(nap) => {}
                     () = async {
@@ -291,7 +288,7 @@ async fn acquire(
             Err(e) if e.is_transient() && left.is_some() => {
                 report.info("retry", format_args!("{e}; retrying"));
                 let nap = RENEW_RETRY
-                    .max(backoff.next())
+                    .max(backoff.pause())
                     .min(left.unwrap_or_default());
                 tokio::select! {
                     () = tokio::time::sleep(nap) => {}
@@ -611,55 +608,6 @@ fn earliest(a: Option<Stamp>, b: Option<Stamp>) -> Option<Stamp> {
     }
 }
 
-/// Jittered exponential backoff for a busy lock: quick first retries, capped.
-struct Backoff {
-    next: Duration,
-    rng: u64,
-}
-
-impl Backoff {
-    fn new(seed: &str) -> Backoff {
-        let rng = u64::from_str_radix(&seed[..16.min(seed.len())], 16).unwrap_or(0x9E37_79B9) | 1;
-        Backoff {
-            next: BACKOFF_FIRST,
-            rng,
-        }
-    }
-
-    /// Somewhere between half and all of the current step; the step doubles up to the cap.
-    fn next(&mut self) -> Duration {
-        // xorshift64: spreads wrappers that started together; not for secrets.
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        let step = self.next;
-        self.next = (self.next * 2).min(BACKOFF_CAP);
-        let half = step / 2;
-        half + Duration::from_nanos(self.rng % (half.as_nanos() as u64 + 1))
-    }
-}
-
-/// 128 random bits from the kernel's CSPRNG (getrandom(2)), as 32 hex digits: unique and
-/// unguessable, so no other run can produce (or forge) the value it compares against.
-fn new_token() -> std::io::Result<String> {
-    let mut bytes = [0u8; 16];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        let rest = &mut bytes[filled..];
-        // SAFETY: the pointer and length describe the unfilled part of `bytes`.
-        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        filled += n as usize;
-    }
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 fn hostname() -> String {
     nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
@@ -683,21 +631,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_starts_quick_and_is_capped() {
-        let mut b = Backoff::new("0123456789abcdef0123456789abcdef");
-        let first = b.next();
-        assert!(
-            first >= BACKOFF_FIRST / 2 && first <= BACKOFF_FIRST,
-            "{first:?}"
-        );
-        for _ in 0..20 {
-            let d = b.next();
-            assert!(d <= BACKOFF_CAP, "{d:?}");
-        }
-        assert!(b.next() >= BACKOFF_CAP / 2);
-    }
-
-    #[test]
     fn busy_message_names_key_holder_and_ttl() {
         let holder = Holder {
             ttl_ms: Some(1500),
@@ -710,15 +643,6 @@ mod tests {
         );
         let foreign = Holder::default();
         assert!(busy_message("k", &foreign, Wait::For(Duration::from_secs(2))).contains("no TTL"));
-    }
-
-    #[test]
-    fn tokens_are_128_bit_hex_and_differ() {
-        let a = new_token().unwrap();
-        let b = new_token().unwrap();
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
-        assert_ne!(a, b);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 mod error;
 mod keys;
+mod token;
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use redis::{Script, Value};
 
 pub use error::{FailureKind, RedisFailure};
 pub use keys::Keys;
+pub use token::new_token;
 
 use crate::config::Target;
 
