@@ -182,14 +182,16 @@ fn group_alive(group: Pid) -> bool {
 
 /// Poll until the group is empty or `within` has passed. Returns whether it is empty.
 async fn wait_group_gone(group: Pid, within: Duration) -> bool {
-    let step = Duration::from_millis(10);
-    let mut waited = Duration::ZERO;
+    // Read the clock each time rather than add up naps: naps run long under load, and a
+    // paused wrapper must act on the real time when it wakes.
+    let until = Stamp::now().checked_add(within);
     while group_alive(group) {
-        if waited >= within {
+        let now = Stamp::now();
+        if !until.is_some_and(|at| now < at) {
             return false;
         }
-        tokio::time::sleep(step).await;
-        waited += step;
+        let left = until.map_or(Duration::ZERO, |at| now.until(at));
+        tokio::time::sleep(left.min(Duration::from_millis(10))).await;
     }
     true
 }

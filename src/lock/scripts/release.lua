@@ -16,6 +16,7 @@ if keep > 0 then
 else
   redis.call('DEL', KEYS[1], KEYS[2])
   -- Wake the waiters now instead of at their next poll.
-  redis.call('PUBLISH', KEYS[3], '1')
+  -- pcall: an ACL user without channel access still releases; waiters then just poll.
+  redis.pcall('PUBLISH', KEYS[3], '1')
 end
 return 1
