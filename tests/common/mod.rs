@@ -9,6 +9,10 @@
 //!   line, the exit status, stdout and stderr.
 //! - [`PidGuard`], [`pid_alive`], [`wait_until`]: bounded polling on events (files appearing,
 //!   processes dying, keys vanishing) instead of sleeps.
+//! - Small helpers several test modules share: [`secs`], [`ms`], [`now_ns`], [`read_trimmed`],
+//!   [`json_field`], [`start_primary_and_replica`].
+//!
+//! Included by the one integration-test binary, `tests/it/main.rs`, as its `common` module.
 //!
 //! Nothing here talks to the Redis at 127.0.0.1:6379, and every loop is bounded.
 
@@ -770,6 +774,16 @@ pub fn scratch() -> TempDir {
 // Shared small helpers
 // ---------------------------------------------------------------------------------------------
 
+/// `Duration::from_secs(n)`, short for the many bounds in the tests.
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// `Duration::from_millis(n)`.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
 /// Wall-clock nanoseconds, comparable with `date +%s%N` written by a child.
 pub fn now_ns() -> u128 {
     std::time::SystemTime::now()
@@ -800,4 +814,20 @@ pub fn start_primary_and_replica() -> (RedisServer, RedisServer) {
                 .contains("connected_slaves:1")
     });
     (primary, replica)
+}
+
+/// The value of `"field":` in a flat JSON object, as raw text (strings keep their quotes).
+pub fn json_field<'a>(json: &'a str, field: &str) -> &'a str {
+    let needle = format!("\"{field}\":");
+    let start = json
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {field:?} in {json}"))
+        + needle.len();
+    let rest = &json[start..];
+    let end = if let Some(quoted) = rest.strip_prefix('"') {
+        quoted.find('"').expect("closing quote") + 2
+    } else {
+        rest.find([',', '}']).expect("end of value")
+    };
+    &rest[..end]
 }

@@ -1,6 +1,6 @@
 //! The committed completions and man page must match what the clap definition generates now.
 
-#[path = "../examples/gen-docs.rs"]
+#[path = "../../examples/gen-docs.rs"]
 #[allow(dead_code)]
 mod gen_docs;
 

@@ -2,13 +2,11 @@
 //! by SIGTTIN when it reads), and a live status line is drawn while waiting for a busy lock.
 //! `script(1)` (util-linux) gives the wrapper a pseudo-terminal.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// Run `redlock-run ARGS` on a pseudo-terminal with `input` typed into it. Returns the exit
 /// code of script (which is the wrapper's with -e) and everything the terminal showed.

@@ -1,0 +1,402 @@
+//! Holding the lease: the heartbeat keeps the key alive; a lost lock (key overwritten or
+//! deleted, Redis killed, frozen or restarted empty) stops the command before the lease could
+//! have expired, escalating to SIGKILL after `--grace`; a wrapper woken past its lease, a
+//! lease gone before the command starts, leftovers in the group; a SIGKILLed wrapper's key
+//! expiring within the ttl; `--hold-at-least`.
+
+use std::fs;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::common::*;
+
+#[test]
+fn heartbeat_keeps_the_key_alive_past_its_ttl() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Wrapper::on(&redis, "hb")
+        .args(["--ttl", "1s"])
+        .sh("echo $$ > started; sleep 3; echo > done")
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+    let t0 = Instant::now();
+    let done = dir.path().join("done");
+    let mut last_sample = Duration::ZERO;
+    let mut samples = 0;
+    // Sample PTTL until the child says it is done; any sample taken while it was still
+    // running (no `done` after the sample) must show a live key with a TTL.
+    while t0.elapsed() < secs(20) {
+        let pttl = redis.pttl("redlock:hb");
+        if done.exists() {
+            break;
+        }
+        samples += 1;
+        last_sample = t0.elapsed();
+        assert!(
+            pttl > 0,
+            "PTTL {pttl} after {last_sample:?} of a 3 s job with --ttl 1s\n{}",
+            run.describe()
+        );
+        thread::sleep(ms(50));
+    }
+    assert!(
+        last_sample >= ms(2500),
+        "sampled only up to {last_sample:?} ({samples} samples): the job ended early?\n{}",
+        run.describe()
+    );
+    let out = run.wait(secs(20));
+    out.expect_code(0);
+    assert!(!redis.exists("redlock:hb"), "released after the run\n{out}");
+}
+
+#[test]
+fn key_overwritten_mid_run_stops_the_child_and_exits_74() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Wrapper::on(&redis, "k")
+        .args(["--ttl", "1s"])
+        .sh(
+            "trap 'echo TERM > caught; kill $! 2>/dev/null; exit 0' TERM; \
+             echo $$ > started; sleep 30 & wait",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    let pid = run.child_pid(&dir.path().join("started"), secs(10));
+    redis.cli(&["SET", "redlock:k", "intruder"]);
+
+    let out = run.wait(secs(15));
+    out.expect_code(74);
+    out.expect_all_lines_prefixed();
+    assert!(
+        !out.stderr_lines().is_empty(),
+        "lost lock must be reported\n{out}"
+    );
+    assert!(
+        dir.path().join("caught").exists(),
+        "child must have got SIGTERM\n{out}"
+    );
+    assert!(!pid_alive(pid), "child must be gone\n{out}");
+    assert_eq!(
+        redis.get("redlock:k").as_deref(),
+        Some("intruder"),
+        "the intruder's value must be left alone"
+    );
+    assert_eq!(redis.pttl("redlock:k"), -1, "the intruder's key got a TTL");
+}
+
+/// Starts a long job with `--ttl 2s`, breaks Redis with `break_it`, and checks the child is
+/// gone before the lease (renewed at the latest just before the break) could have expired.
+fn child_stopped_before_lease_expiry(break_it: impl FnOnce(&mut RedisServer)) {
+    let mut redis = RedisServer::start();
+    let dir = scratch();
+    let ttl = secs(2);
+    let mut run = Wrapper::on(&redis, "k")
+        .args(["--ttl", "2s"])
+        .sh("sleep 60 & echo $! > grandchild; echo $$ > started; wait")
+        .current_dir(dir.path())
+        .spawn();
+    let pid = run.child_pid(&dir.path().join("started"), secs(10));
+    let gc = run.child_pid(&dir.path().join("grandchild"), secs(10));
+    // Let a few renewals happen first.
+    thread::sleep(ms(800));
+    assert!(pid_alive(pid), "child died early\n{}", run.describe());
+    assert!(
+        redis.exists("redlock:k"),
+        "lock not held\n{}",
+        run.describe()
+    );
+
+    let broken_at = Instant::now();
+    break_it(&mut redis);
+    run.wait_until(secs(10), "child and grandchild to be stopped", || {
+        !pid_alive(pid) && !pid_alive(gc)
+    });
+    let died_after = broken_at.elapsed();
+    eprintln!("child stopped {died_after:?} after Redis broke (--ttl {ttl:?})");
+    // The last successful renewal was sent before `broken_at`, so the lease ends before
+    // broken_at + ttl. Allow a little for our own polling.
+    assert!(
+        died_after < ttl + ms(100),
+        "child still alive {died_after:?} after Redis broke, with --ttl {ttl:?}\n{}",
+        run.describe()
+    );
+    let out = run.wait(secs(30));
+    out.expect_code(74);
+    out.expect_all_lines_prefixed();
+    assert!(!out.stderr_lines().is_empty(), "lost lock reported\n{out}");
+}
+
+#[test]
+fn redis_killed_mid_run_child_stopped_before_the_lease_expires() {
+    child_stopped_before_lease_expiry(|redis| redis.kill());
+}
+
+#[test]
+fn redis_frozen_mid_run_child_stopped_before_the_lease_expires() {
+    child_stopped_before_lease_expiry(|redis| redis.pause());
+}
+
+#[test]
+fn lost_lock_child_ignoring_sigterm_is_killed_after_grace() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Wrapper::on(&redis, "k")
+        .args(["--ttl", "3s", "--grace", "700ms"])
+        // exec 2>/dev/null: the shell's own "Terminated" notes are not the wrapper's lines.
+        .sh(
+            "exec 2>/dev/null; trap 'echo TERM >> caught' TERM; echo $$ > started; \
+             i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    let pid = run.child_pid(&dir.path().join("started"), secs(10));
+    // Someone deletes the key: the next renewal finds the token gone.
+    redis.cli(&["DEL", "redlock:k"]);
+    run.wait_for_file(&dir.path().join("caught"), secs(5));
+    let termed = Instant::now();
+    run.wait_until(secs(10), "the child to be SIGKILLed", || !pid_alive(pid));
+    let took = termed.elapsed();
+    assert!(
+        took >= ms(500),
+        "child killed {took:?} after SIGTERM: --grace 700ms not given\n{}",
+        run.describe()
+    );
+    assert!(
+        took < ms(2500),
+        "child survived {took:?} after SIGTERM with --grace 700ms\n{}",
+        run.describe()
+    );
+    let out = run.wait(secs(10));
+    out.expect_code(74);
+    out.expect_all_lines_prefixed();
+    assert!(
+        !redis.exists("redlock:k"),
+        "nothing re-created the key\n{out}"
+    );
+}
+
+#[test]
+fn redis_restarted_empty_mid_run_stops_child_with_74() {
+    let mut redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Wrapper::on(&redis, "k")
+        .args(["--ttl", "1s"])
+        .sh("echo $$ > started; exec sleep 60")
+        .current_dir(dir.path())
+        .spawn();
+    let pid = run.child_pid(&dir.path().join("started"), secs(10));
+    redis.restart();
+    let ok = poll_until(secs(5), || !pid_alive(pid));
+    assert!(
+        ok,
+        "child still alive after Redis lost the lock\n{}",
+        run.describe()
+    );
+    let out = run.wait(secs(15));
+    out.expect_code(74);
+    out.expect_all_lines_prefixed();
+    assert!(
+        !redis.exists("redlock:k"),
+        "lost lock must not be re-created\n{out}"
+    );
+}
+
+/// A wrapper woken past its lease sends SIGTERM at once instead of first trying a renewal,
+/// and the holder that took over meanwhile has a higher fence and keeps its lock.
+#[test]
+fn wrapper_woken_past_its_lease_sends_sigterm_at_once() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut a = Wrapper::on(&redis, "k")
+        .args(["--ttl", "1s", "--grace", "300ms"])
+        .sh(
+            "trap 'date +%s%N > term; kill $! 2>/dev/null; exit 0' TERM; \
+             echo $REDLOCK_FENCE > a-fence; echo $$ > a-started; sleep 30 & wait",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    let child = a.child_pid(&dir.path().join("a-started"), secs(10));
+    let _guard = PidGuard::new(child);
+    a.signal(Signal::SIGSTOP);
+    let expired = poll_until(secs(5), || !redis.exists("redlock:k"));
+    if !expired {
+        a.signal(Signal::SIGCONT);
+        panic!("lease did not expire while A was frozen\n{}", a.describe());
+    }
+    let mut b = Wrapper::on(&redis, "k")
+        .sh("echo $REDLOCK_FENCE > b-fence; echo $$ > b-started; sleep 3")
+        .current_dir(dir.path())
+        .spawn();
+    b.child_pid(&dir.path().join("b-started"), secs(10));
+    let b_token = redis.get("redlock:k").expect("B holds the lock");
+
+    let woke_ns = now_ns();
+    a.signal(Signal::SIGCONT);
+    let term_file = dir.path().join("term");
+    wait_until(secs(5), "A's child to get SIGTERM", || {
+        fs::read_to_string(&term_file).is_ok_and(|s| !s.trim().is_empty())
+    });
+    let term_ns: u128 = read_trimmed(&term_file).parse().unwrap();
+    let delay = Duration::from_nanos(term_ns.saturating_sub(woke_ns) as u64);
+    assert!(
+        delay < ms(200),
+        "SIGTERM reached A's child {delay:?} after SIGCONT; it must be sent at once"
+    );
+    let out_a = a.wait(secs(10));
+    out_a.expect_code(74);
+    assert_eq!(
+        redis.get("redlock:k").as_deref(),
+        Some(b_token.as_str()),
+        "A must leave B's lock alone\n{out_a}"
+    );
+    b.wait(secs(15)).expect_code(0);
+    let fence_a: u64 = read_trimmed(&dir.path().join("a-fence")).parse().unwrap();
+    let fence_b: u64 = read_trimmed(&dir.path().join("b-fence")).parse().unwrap();
+    assert!(
+        fence_b > fence_a,
+        "fence B {fence_b} must exceed fence A {fence_a}"
+    );
+}
+
+/// An acquire whose reply comes back after the lease has run out (here: the server is busy
+/// for longer than the ttl after the SET was sent) must not start the command.
+#[test]
+fn lease_gone_before_the_command_starts_means_no_run() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let port = redis.port().to_string();
+    let mut sleeper = std::process::Command::new("redis-cli")
+        .args(["-p", &port, "debug", "sleep", "2"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let DEBUG SLEEP start before the wrapper sends its SET.
+    std::thread::sleep(ms(200));
+    let out = Wrapper::on(&redis, "late")
+        .args(["--ttl", "1s", "--connect-timeout", "10s"])
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .run();
+    let _ = sleeper.wait();
+    out.expect_code(74);
+    out.expect_stderr_contains("not running it");
+    assert!(
+        !dir.path().join("ran").exists(),
+        "command ran without a lease\n{out}"
+    );
+}
+
+/// Processes the command left in its group are stopped by the lease deadline even when the
+/// leader takes its time to exit after SIGTERM and the rest ignore SIGTERM.
+#[test]
+fn leftovers_in_the_group_do_not_outlive_the_lease() {
+    let mut redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Wrapper::on(&redis, "bg")
+        .args(["--ttl", "3s", "--grace", "1s"])
+        .sh(
+            "(trap '' TERM; while :; do date +%s%N >> bg; sleep 0.05; done) & \
+             trap 'sleep 0.9; exit 0' TERM; echo $$ > started; sleep 30 & wait",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+    std::thread::sleep(ms(300));
+    let killed_ns = now_ns();
+    redis.kill();
+    let out = run.wait(secs(15));
+    out.expect_code(74);
+    let last: u128 = read_trimmed(&dir.path().join("bg"))
+        .lines()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The last successful renewal was sent before the kill; the lease ends at most
+    // ttl - drift (2.97 s) after it. Without the bound the leftover runs on for --grace past
+    // the leader's exit, to about 3.7-3.9 s.
+    let after_kill = Duration::from_nanos(last.saturating_sub(killed_ns) as u64);
+    assert!(
+        after_kill < ms(3350),
+        "a process of the group still ran {after_kill:?} after Redis died (ttl 3s)\n{out}"
+    );
+}
+
+#[test]
+fn wrapper_sigkilled_child_dies_and_key_expires_within_ttl() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Wrapper::on(&redis, "k")
+        .args(["--ttl", "2s"])
+        .sh("echo $$ > started; exec sleep 60")
+        .current_dir(dir.path())
+        .spawn();
+    let pid = run.child_pid(&dir.path().join("started"), secs(10));
+    assert!(
+        redis.exists("redlock:k"),
+        "lock not held\n{}",
+        run.describe()
+    );
+    let killed = Instant::now();
+    run.signal(Signal::SIGKILL);
+    let ok = poll_until(secs(3), || !pid_alive(pid));
+    assert!(
+        ok,
+        "child {pid} still alive 3 s after the wrapper was SIGKILLed\n{}",
+        run.describe()
+    );
+    let ok = poll_until(secs(5), || !redis.exists("redlock:k"));
+    let freed = killed.elapsed();
+    assert!(ok, "key still there 5 s after the holder died (--ttl 2s)");
+    assert!(
+        freed < ms(2500),
+        "key took {freed:?} to expire after the holder died (--ttl 2s)"
+    );
+    let out = Wrapper::on(&redis, "k").args(["--", "true"]).run();
+    out.expect_code(0);
+}
+
+#[test]
+fn hold_at_least_keeps_a_quick_job_locked_then_frees_it() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let started = Instant::now();
+    Wrapper::on(&redis, "cron")
+        .args(["--hold-at-least", "2s"])
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .run()
+        .expect_code(0);
+    let exited = started.elapsed();
+    assert!(
+        exited < ms(1500),
+        "the wrapper itself must exit right away, took {exited:?}"
+    );
+    let pttl = redis.pttl("redlock:cron");
+    assert!(
+        pttl > 0 && pttl <= 2000,
+        "lock must stay for the rest of 2s, PTTL {pttl}"
+    );
+    // A second host's cron run shortly after is refused.
+    let second = Wrapper::on(&redis, "cron")
+        .sh("touch ran-again")
+        .current_dir(dir.path())
+        .run();
+    second.expect_code(75);
+    assert!(!dir.path().join("ran-again").exists());
+    wait_until(secs(5), "the held lock to expire", || {
+        !redis.exists("redlock:cron")
+    });
+    assert!(
+        started.elapsed() >= ms(1900),
+        "lock freed after {:?}, before --hold-at-least 2s",
+        started.elapsed()
+    );
+    Wrapper::on(&redis, "cron")
+        .args(["--", "true"])
+        .run()
+        .expect_code(0);
+}

@@ -1,0 +1,42 @@
+//! Black-box tests of `redlock-run` against throwaway Redis servers, in one test binary.
+//!
+//! Each test owns its redis-server and scratch directory, so they run in parallel. The child
+//! commands are small `sh` scripts that leave marker files in the scratch directory (their
+//! cwd); the tests wait on those events with generous bounds instead of sleeping. The harness
+//! (servers, the wrapper runner, polling helpers) is `tests/common/mod.rs`.
+//!
+//! - `acquire`: mutual exclusion, a busy lock (exit 75, `--conflict-exit-code`), `--wait`,
+//!   waiters woken by the release announcement.
+//! - `lease`: heartbeat, lost lock (key overwritten, Redis killed, frozen or restarted),
+//!   `--grace` escalation, a wrapper woken past its lease, leftovers bounded by the lease, a
+//!   SIGKILLed wrapper, `--hold-at-least`.
+//! - `signals`: forwarding to the command, a second TERM, a signal while waiting for the lock.
+//! - `child`: exit status passthrough, 126/127, the `REDLOCK_*` variables, stdio,
+//!   `--max-runtime`.
+//! - `usage`: bad command lines exit 2 without running anything or touching Redis.
+//! - `redis_errors`: unreachable or frozen Redis, authentication, wrong key type, read-only
+//!   replica, ACL without EVAL (exit 69); a flushed script cache.
+//! - `status`: the `status` subcommand, text and JSON.
+//! - `options`: `--prefix`, passwords, `REDLOCK_*` configuration, `-q`, `--log-format json`.
+//! - `fencing`: `REDLOCK_FENCE` ordering, a stale writer rejected, a corrupt counter refused.
+//! - `replicas`: `--min-replicas` acknowledgement of the acquire and of renewals.
+//! - `terminal`: the command on a pseudo-terminal, the live waiting line, `stty tostop`.
+//! - `docs`: the committed completions and man page are up to date.
+//! - `harness`: sanity checks of the harness itself.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod acquire;
+mod child;
+mod docs;
+mod fencing;
+mod harness;
+mod lease;
+mod options;
+mod redis_errors;
+mod replicas;
+mod signals;
+mod status;
+mod terminal;
+mod usage;

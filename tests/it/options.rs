@@ -1,0 +1,163 @@
+//! Configuration and output: `--prefix`, `--password-file` and a password in the URL, every
+//! setting from `REDLOCK_*`, silence on success and `-q`, `--log-format json`.
+
+use std::fs;
+
+use crate::common::*;
+
+#[test]
+fn prefix_sets_the_redis_key() {
+    let redis = RedisServer::start();
+    let out = Wrapper::on(&redis, "job")
+        .args([
+            "--prefix",
+            "app:",
+            "-c",
+            "echo \"$REDLOCK_KEY\"; redis-cli -p \"$PORT\" EXISTS app:job",
+        ])
+        .env("PORT", redis.port().to_string())
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.stdout, "app:job\n1\n", "{out}");
+
+    // An empty prefix locks the raw key, interoperating with plain SET NX users.
+    redis.cli(&["SET", "rawjob", "someone", "PX", "60000"]);
+    let out = Wrapper::on(&redis, "rawjob")
+        .args(["--prefix", "", "--", "true"])
+        .run();
+    out.expect_code(75);
+    assert_eq!(redis.get("rawjob").as_deref(), Some("someone"));
+}
+
+#[test]
+fn password_file_and_url_password_work() {
+    let redis = RedisServer::start_with(&["--requirepass", "secret"]);
+    let dir = scratch();
+    let pw_file = dir.path().join("pw");
+    fs::write(&pw_file, "secret\n").unwrap();
+    let out = Wrapper::on(&redis, "k")
+        .arg("--password-file")
+        .arg(&pw_file)
+        .args(["-c", "touch marker"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(0);
+    assert!(dir.path().join("marker").exists(), "command ran\n{out}");
+    assert!(!out.stderr.contains("secret"), "password leaked\n{out}");
+    assert!(!redis.exists("redlock:k"), "released\n{out}");
+
+    let url = format!("redis://:secret@127.0.0.1:{}", redis.port());
+    let out = Wrapper::new()
+        .args(["--redis", &url, "--key", "k", "--", "true"])
+        .run();
+    out.expect_code(0);
+}
+
+#[test]
+fn every_setting_can_come_from_the_environment() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let out = Wrapper::new()
+        .env("REDLOCK_REDIS", redis.url())
+        .env("REDLOCK_KEY", "from-env")
+        .env("REDLOCK_PREFIX", "p:")
+        .env("REDLOCK_TTL", "2s")
+        .env("REDLOCK_HEARTBEAT", "500ms")
+        .env("REDLOCK_GRACE", "200ms")
+        .args(["-c", "echo \"$REDLOCK_KEY $REDLOCK_TTL_MS\" > seen"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(0);
+    assert_eq!(
+        fs::read_to_string(dir.path().join("seen")).unwrap().trim(),
+        "p:from-env 2000"
+    );
+
+    redis.cli(&["set", "p:from-env", "other", "px", "60000"]);
+    let busy = Wrapper::new()
+        .env("REDLOCK_REDIS", redis.url())
+        .env("REDLOCK_KEY", "from-env")
+        .env("REDLOCK_PREFIX", "p:")
+        .env("REDLOCK_CONFLICT_EXIT_CODE", "9")
+        .env("REDLOCK_WAIT", "200ms")
+        .env("REDLOCK_QUIET", "true")
+        .args(["--", "true"])
+        .run();
+    busy.expect_code(9);
+    assert_eq!(busy.stderr, "", "REDLOCK_QUIET silences the busy line");
+
+    // A flag wins over its variable.
+    let flag = Wrapper::new()
+        .env("REDLOCK_REDIS", redis.url())
+        .env("REDLOCK_KEY", "from-env")
+        .env("REDLOCK_PREFIX", "p:")
+        .env("REDLOCK_CONFLICT_EXIT_CODE", "9")
+        .args(["-E", "11", "--", "true"])
+        .run();
+    flag.expect_code(11);
+
+    // Bad values from the environment are usage errors too.
+    let bad = Wrapper::new()
+        .env("REDLOCK_REDIS", redis.url())
+        .env("REDLOCK_KEY", "x")
+        .env("REDLOCK_TTL", "soon")
+        .args(["--", "true"])
+        .run();
+    bad.expect_code(2);
+    bad.expect_one_line();
+}
+
+#[test]
+fn a_successful_run_prints_nothing_and_quiet_silences_busy() {
+    let redis = RedisServer::start();
+    let ok = Wrapper::on(&redis, "cron").args(["--", "true"]).run();
+    ok.expect_code(0);
+    assert_eq!(ok.stderr, "", "nothing on stderr on success: {ok}");
+    assert_eq!(ok.stdout, "");
+
+    let quiet_ok = Wrapper::on(&redis, "cron").args(["-q", "--", "true"]).run();
+    quiet_ok.expect_code(0);
+    assert_eq!(quiet_ok.stderr, "");
+
+    redis.cli(&["set", "redlock:cron", "other", "px", "60000"]);
+    let busy = Wrapper::on(&redis, "cron").args(["-q", "--", "true"]).run();
+    busy.expect_code(75);
+    assert_eq!(busy.stderr, "", "-q: nothing for a busy lock: {busy}");
+    // Without -q the busy lock is one line; real problems are printed even with -q.
+    let loud = Wrapper::on(&redis, "cron").args(["--", "true"]).run();
+    loud.expect_code(75);
+    loud.expect_one_line();
+    let port = free_port();
+    let down = Wrapper::new()
+        .args([
+            "-q",
+            "--key",
+            "k",
+            "--redis",
+            &format!("redis://127.0.0.1:{port}"),
+        ])
+        .args(["--", "true"])
+        .run();
+    down.expect_code(69);
+    down.expect_one_line();
+}
+
+#[test]
+fn json_log_format_is_one_object_per_line() {
+    let redis = RedisServer::start();
+    let out = Wrapper::on(&redis, "j")
+        .args(["-v", "--log-format", "json", "--", "true"])
+        .run();
+    out.expect_code(0);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(lines.len() >= 3, "acquired, spawned, released: {out}");
+    for line in &lines {
+        assert!(
+            line.starts_with("{\"time\":\"") && line.ends_with('}'),
+            "{line}"
+        );
+        assert_eq!(json_field(line, "key"), "\"redlock:j\"", "{line}");
+    }
+    assert!(out.stderr.contains("\"event\":\"acquired\""), "{out}");
+    assert!(out.stderr.contains("\"event\":\"released\""), "{out}");
+}

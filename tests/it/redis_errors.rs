@@ -1,0 +1,170 @@
+//! Redis that cannot be used: unreachable or frozen at start, a wrong or missing password,
+//! a key of the wrong type, a read-only replica and an ACL user without EVAL (each exit 69
+//! with one line), and a flushed script cache that is survived.
+
+use crate::common::*;
+
+#[test]
+fn redis_unreachable_at_start_exits_69() {
+    let dir = scratch();
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let out = Wrapper::new()
+        .args(["--redis", &url, "--key", "k", "-c", "touch marker"])
+        .current_dir(dir.path())
+        .spawn()
+        .wait(secs(20));
+    out.expect_code(69);
+    out.expect_one_line();
+    assert!(out.elapsed < secs(15), "took too long\n{out}");
+    assert!(
+        !dir.path().join("marker").exists(),
+        "command must not run\n{out}"
+    );
+}
+
+#[test]
+fn redis_frozen_at_start_exits_69_after_connect_timeout() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    redis.pause();
+    let out = Wrapper::on(&redis, "k")
+        .args(["--connect-timeout", "1s", "-c", "touch marker"])
+        .current_dir(dir.path())
+        .spawn()
+        .wait(secs(30));
+    redis.resume();
+    out.expect_code(69);
+    out.expect_one_line();
+    assert!(out.elapsed < secs(15), "took too long\n{out}");
+    assert!(
+        !dir.path().join("marker").exists(),
+        "command must not run\n{out}"
+    );
+    assert_eq!(redis.dbsize(), 0, "nothing written\n{out}");
+}
+
+#[test]
+fn wrong_or_missing_password_exits_69_without_leaking_it() {
+    let redis = RedisServer::start_with(&["--requirepass", "secret"]);
+    let dir = scratch();
+    let wrong_pw = "n0t-the-pa55word";
+    let with_wrong = format!("redis://:{wrong_pw}@127.0.0.1:{}", redis.port());
+    let out = Wrapper::new()
+        .args(["--redis", &with_wrong, "--key", "k", "-c", "touch marker"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    expect_mentions_auth(out.expect_one_line(), &out);
+    assert!(!out.stderr.contains(wrong_pw), "password leaked\n{out}");
+    assert!(
+        !dir.path().join("marker").exists(),
+        "command must not run\n{out}"
+    );
+
+    // No password at all: the connection works, every command is refused (NOAUTH).
+    let out = Wrapper::on(&redis, "k")
+        .args(["-c", "touch marker"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    expect_mentions_auth(out.expect_one_line(), &out);
+    assert!(
+        !dir.path().join("marker").exists(),
+        "command must not run\n{out}"
+    );
+    assert_eq!(redis.dbsize(), 0);
+}
+
+/// The one line must point the user at the password, not at a protocol detail.
+fn expect_mentions_auth(line: &str, out: &Outcome) {
+    let l = line.to_lowercase();
+    assert!(
+        l.contains("authentication") || l.contains("password") || l.contains("noauth"),
+        "message should say authentication failed / a password is needed\n{out}"
+    );
+}
+
+#[test]
+fn key_holding_a_hash_exits_69_and_leaves_it_alone() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    redis.cli(&["HSET", "redlock:k", "a", "b"]);
+    let out = Wrapper::on(&redis, "k")
+        .args(["-c", "touch marker"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    out.expect_one_line();
+    assert!(
+        !dir.path().join("marker").exists(),
+        "command must not run\n{out}"
+    );
+    assert_eq!(redis.cli(&["TYPE", "redlock:k"]), "hash");
+    assert_eq!(redis.cli(&["HGETALL", "redlock:k"]), "a\nb");
+    assert_eq!(redis.pttl("redlock:k"), -1, "hash got a TTL");
+}
+
+#[test]
+fn read_only_replica_exits_69_and_says_so() {
+    let (primary, replica) = start_primary_and_replica();
+    let dir = scratch();
+    let out = Wrapper::on(&replica, "ro")
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    let line = out.expect_one_line();
+    assert!(line.contains("read-only replica"), "{out}");
+    assert!(!dir.path().join("ran").exists());
+    assert!(!primary.exists("redlock:ro"));
+}
+
+#[test]
+fn acl_user_without_scripting_exits_69_and_says_so() {
+    let redis = RedisServer::start();
+    redis.cli(&[
+        "acl", "setuser", "cron", "on", ">cronpw", "~*", "&*", "+@all", "-eval", "-evalsha",
+    ]);
+    let dir = scratch();
+    let url = format!("redis://cron:cronpw@127.0.0.1:{}", redis.port());
+    let out = Wrapper::new()
+        .args(["--redis", &url, "--key", "acl"])
+        .args(["-c", "touch ran"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    let line = out.expect_one_line();
+    assert!(line.contains("denied") && line.contains("EVAL"), "{out}");
+    assert!(!line.contains("cronpw"), "password leaked: {line}");
+    assert!(!dir.path().join("ran").exists());
+    assert_eq!(redis.dbsize(), 0, "nothing written\n{out}");
+}
+
+#[test]
+fn script_flush_between_and_during_runs_is_survived() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    Wrapper::on(&redis, "k")
+        .args(["--", "true"])
+        .run()
+        .expect_code(0);
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    Wrapper::on(&redis, "k")
+        .args(["--", "true"])
+        .run()
+        .expect_code(0);
+
+    // Flush while running: renewals and the release must reload their scripts.
+    let mut run = Wrapper::on(&redis, "k")
+        .args(["--ttl", "1s"])
+        .sh("echo $$ > started; sleep 1.5; echo > almost; sleep 0.3")
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    run.wait_for_file(&dir.path().join("almost"), secs(10));
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    let out = run.wait(secs(15));
+    out.expect_code(0);
+    assert!(!redis.exists("redlock:k"), "released\n{out}");
+}

@@ -1,0 +1,192 @@
+//! Bad command lines: exit 2 with one line, without running the command or touching Redis.
+
+use std::fs;
+
+use crate::common::*;
+
+#[test]
+fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let url = redis.url();
+    let http = format!("http://127.0.0.1:{}", redis.port());
+    let cmd: &[&str] = &["-c", "touch marker"];
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "bad duration",
+            vec!["--redis", &url, "--key", "k", "--ttl", "abc"],
+        ),
+        (
+            "negative duration",
+            vec!["--redis", &url, "--key", "k", "--ttl", "-1s"],
+        ),
+        (
+            "zero ttl",
+            vec!["--redis", &url, "--key", "k", "--ttl", "0"],
+        ),
+        (
+            "bad wait",
+            vec!["--redis", &url, "--key", "k", "--wait", "soon"],
+        ),
+        (
+            "heartbeat > ttl",
+            vec![
+                "--redis",
+                &url,
+                "--key",
+                "k",
+                "--heartbeat",
+                "2s",
+                "--ttl",
+                "1s",
+            ],
+        ),
+        (
+            "heartbeat = ttl",
+            vec![
+                "--redis",
+                &url,
+                "--key",
+                "k",
+                "--heartbeat",
+                "1s",
+                "--ttl",
+                "1s",
+            ],
+        ),
+        (
+            "grace = ttl",
+            vec![
+                "--redis", &url, "--key", "k", "--grace", "1s", "--ttl", "1s",
+            ],
+        ),
+        (
+            "heartbeat + grace leave no time to renew",
+            vec![
+                "--redis",
+                &url,
+                "--key",
+                "k",
+                "--ttl",
+                "1s",
+                "--grace",
+                "300ms",
+                "--heartbeat",
+                "686ms",
+            ],
+        ),
+        (
+            "ttl beyond what Redis can hold",
+            vec!["--redis", &url, "--key", "k", "--ttl", "500000000000y"],
+        ),
+        (
+            "max-runtime that overflows the clock",
+            vec![
+                "--redis",
+                &url,
+                "--key",
+                "k",
+                "--max-runtime",
+                "500000000000y",
+            ],
+        ),
+        ("empty key", vec!["--redis", &url, "--key", ""]),
+        ("missing key", vec!["--redis", &url]),
+        (
+            "conflict code 256",
+            vec!["--redis", &url, "--key", "k", "-E", "256"],
+        ),
+        (
+            "unparsable url",
+            vec!["--redis", "::not a url::", "--key", "k"],
+        ),
+        (
+            "bad port in url",
+            vec!["--redis", "redis://127.0.0.1:99999", "--key", "k"],
+        ),
+        ("unknown scheme", vec!["--redis", &http, "--key", "k"]),
+        (
+            "unknown option",
+            vec!["--redis", &url, "--key", "k", "--no-such-option"],
+        ),
+    ];
+    let mut all: Vec<(String, Vec<String>)> = cases
+        .into_iter()
+        .map(|(name, mut args)| {
+            args.extend_from_slice(cmd);
+            (
+                name.to_string(),
+                args.iter().map(|s| s.to_string()).collect(),
+            )
+        })
+        .collect();
+    all.push((
+        "no command".into(),
+        ["--redis", &url, "--key", "k"].map(String::from).to_vec(),
+    ));
+    all.push((
+        "both -c and a command".into(),
+        [
+            "--redis",
+            &url,
+            "--key",
+            "k",
+            "-c",
+            "touch marker",
+            "--",
+            "touch",
+            "marker",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ));
+    all.push((
+        "nothing after --".into(),
+        ["--redis", &url, "--key", "k", "--"]
+            .map(String::from)
+            .to_vec(),
+    ));
+
+    let mut failures = Vec::new();
+    for (name, args) in &all {
+        let conns_before = redis.info_field("total_connections_received");
+        let out = Wrapper::new().args(args).current_dir(dir.path()).run();
+        // This INFO is one connection of its own.
+        let conns_after = redis.info_field("total_connections_received");
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        let mut why = Vec::new();
+        if out.code() != Some(2) {
+            why.push(format!("exit {:?}, not 2", out.code()));
+        }
+        if lines.len() != 1 || !lines[0].starts_with(MSG_PREFIX) {
+            why.push(format!(
+                "stderr must be one '{MSG_PREFIX}...' line, got {}",
+                lines.len()
+            ));
+        }
+        if dir.path().join("marker").exists() {
+            why.push("the command ran".into());
+            let _ = fs::remove_file(dir.path().join("marker"));
+        }
+        if conns_after != conns_before + 1 {
+            why.push(format!(
+                "connected to Redis ({} connections)",
+                conns_after - conns_before - 1
+            ));
+        }
+        if redis.dbsize() != 0 {
+            why.push("wrote to Redis".into());
+            redis.cli(&["FLUSHALL"]);
+        }
+        if !why.is_empty() {
+            failures.push(format!("[{name}] {}\n{out}", why.join("; ")));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} bad inputs mishandled:\n\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n\n")
+    );
+}
