@@ -13,8 +13,11 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    pub fn new(seed: &str) -> Backoff {
-        let rng = u64::from_str_radix(&seed[..16.min(seed.len())], 16).unwrap_or(0x9E37_79B9) | 1;
+    /// `seed` should differ between wrappers (random bits of the token), so that wrappers
+    /// started together do not retry in step.
+    pub fn new(seed: u64) -> Backoff {
+        // xorshift64 must not start at 0.
+        let rng = seed | 1;
         Backoff {
             step: BACKOFF_FIRST,
             rng,
@@ -40,7 +43,7 @@ mod tests {
 
     #[test]
     fn backoff_starts_quick_and_is_capped() {
-        let mut b = Backoff::new("0123456789abcdef0123456789abcdef");
+        let mut b = Backoff::new(0x0123_4567_89ab_cdef);
         let first = b.pause();
         assert!(
             first >= BACKOFF_FIRST / 2 && first <= BACKOFF_FIRST,

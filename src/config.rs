@@ -8,6 +8,7 @@ use thiserror::Error;
 
 use crate::cli::{ConnArgs, RunArgs, Wait};
 use crate::lease;
+use crate::lock::{self, ReplicaAck};
 
 /// The longest --ttl, --hold-at-least and --max-runtime accepted: far beyond any job, well
 /// inside what Redis' PX and the clocks can represent.
@@ -43,8 +44,8 @@ pub struct RunConfig {
     pub conflict_exit_code: u8,
     pub max_runtime: Option<Duration>,
     pub hold_at_least: Option<Duration>,
-    pub min_replicas: u32,
-    pub replica_timeout: Duration,
+    /// `--min-replicas` and `--replica-timeout`, when replicas must acknowledge.
+    pub replicas: Option<ReplicaAck>,
     pub command: Command,
 }
 
@@ -67,6 +68,7 @@ impl Target {
             return Err(usage("--key is empty: give the lock a name"));
         }
         let key = format!("{}{}", conn.prefix, name);
+        lock::check_name(&key).map_err(|e| usage(format!("--key: the lock name {key:?} {e}")))?;
         if conn.connect_timeout.is_zero() {
             return Err(usage("--connect-timeout must be more than 0"));
         }
@@ -187,8 +189,10 @@ impl RunConfig {
             conflict_exit_code: run.conflict_exit_code,
             max_runtime: run.max_runtime,
             hold_at_least: run.hold_at_least.filter(|d| !d.is_zero()),
-            min_replicas: run.min_replicas,
-            replica_timeout: run.replica_timeout,
+            replicas: (run.min_replicas > 0).then_some(ReplicaAck {
+                replicas: run.min_replicas,
+                timeout: run.replica_timeout,
+            }),
             command,
         })
     }

@@ -1,15 +1,19 @@
 //! The supervisor: acquire -> spawn -> keep the lease while the command runs -> release.
 //!
-//! Every change of the lock's state happens in this file, in this order:
+//! Every change of the lock's state happens in this file, in this order, through the
+//! [`Lock`] contract (the supervisor never knows which backend is behind it):
 //!
-//! 1. `acquire`: try SET NX until it succeeds, the wait runs out, or a signal ends the wait.
-//! 2. replica check (`--min-replicas`): not enough acknowledgements -> release, do not run.
-//! 3. `supervise`: the command runs; renewals extend the lease; the lease deadline, the
-//!    max-runtime and forwarded signals may stop the command.
-//! 4. `release`: compare-and-delete (or expire later under `--hold-at-least`).
+//! 1. `acquire`: try until granted, the wait runs out, or a signal ends the wait. A failed
+//!    attempt leaves nothing behind (the backend's promise).
+//! 2. `hold`: with the lock held, start the command unless the lease is already too short or
+//!    a signal came first, then `supervise` it: a [`LeaseKeeper`] renews and says when the
+//!    lease can no longer be trusted, a [`Stopper`] stops the command (SIGTERM, then SIGKILL).
+//! 3. `release`, exactly once for every run that held the lock, on every path; it keeps the
+//!    lock for `--hold-at-least` only if the command actually ran.
+//! 4. The run's [`Outcome`] is reported, and [`exit_for`] (a pure function) turns it into
+//!    the exit code.
 //!
-//! A failed acquirer never writes to the key, and only the token this run generated can
-//! extend or release it.
+//! Only the token this run generated can extend or release the lock.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,7 +27,9 @@ use crate::cli::Wait;
 use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
 use crate::lease::{Lease, Stamp, Standing};
-use crate::lock::{new_token, Acquired, Holder, HolderInfo, Lock, ReleaseNotices, Released};
+use crate::lock::{
+    self, Attempt, Holder, HolderInfo, Lock, RedisFailure, Released, Renewal, Token,
+};
 use crate::report::Reporter;
 use crate::signals::Signals;
 
@@ -34,179 +40,142 @@ const MAX_NAP: Duration = Duration::from_millis(200);
 /// Pause between renewal attempts after a failed one.
 const RENEW_RETRY: Duration = Duration::from_millis(100);
 
+/// How a run went, before an exit code is chosen. Built once, reported once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The lock was never held: busy, Redis unavailable, a signal ended the wait, or an
+    /// internal failure before anything was sent. Carries the ending already decided.
+    NotHeld(Ending),
+    /// The lock was held; what happened under it, and what the one release found.
+    Held {
+        under: Under,
+        release: ReleaseResult,
+    },
+}
+
+/// What happened while the lock was held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Under {
+    /// The lease was already in its last `--grace` when the command was about to start.
+    LateStart,
+    /// Signal N arrived between the acquire and the spawn.
+    Interrupted(i32),
+    /// The command could not be started (126 / 127).
+    SpawnFailed(Ending),
+    /// The command ran and ended (`None`: its status could not be read).
+    Ran {
+        end: Option<ChildEnd>,
+        lease: Option<LeaseEnd>,
+        max_runtime: bool,
+    },
+}
+
+/// Why the lease could not be kept while the command ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// A renewal found the token gone: someone else may hold the lock now.
+    Lost,
+    /// No renewal was confirmed in time; carries the last error.
+    Unconfirmed(String),
+}
+
+/// What the release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseResult {
+    /// Ours, and released (or left to expire under `--hold-at-least`).
+    Released,
+    HeldByOther,
+    Gone,
+    /// No answer: the key expires by itself within the ttl.
+    Unreachable,
+}
+
+/// The exit code of a run, from its outcome alone.
+pub fn exit_for(outcome: &Outcome) -> Ending {
+    match outcome {
+        Outcome::NotHeld(ending) => *ending,
+        Outcome::Held { under, release } => match under {
+            Under::LateStart => Ending::Lost,
+            Under::Interrupted(sig) => Ending::Interrupted(*sig),
+            Under::SpawnFailed(ending) => *ending,
+            Under::Ran { lease: Some(_), .. } => Ending::Lost,
+            // The lock was not ours at release: that outranks how the command ended.
+            Under::Ran { .. }
+                if matches!(release, ReleaseResult::HeldByOther | ReleaseResult::Gone) =>
+            {
+                Ending::Lost
+            }
+            Under::Ran { end: None, .. } => Ending::Software,
+            Under::Ran {
+                max_runtime: true, ..
+            } => Ending::MaxRuntime,
+            Under::Ran { end: Some(end), .. } => Ending::Ran(*end),
+        },
+    }
+}
+
 pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
+    exit_for(&run_outcome(cfg, report).await)
+}
+
+async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> Outcome {
     let mut signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
             report.error("internal", format!("cannot install signal handlers: {e}"));
-            return Ending::Software;
+            return Outcome::NotHeld(Ending::Software);
         }
     };
-    let lock = match Lock::connect(&cfg.target).await {
+    let lock = match lock::open(&cfg.target, cfg.replicas).await {
         Ok(lock) => lock,
         Err(e) => {
             report.error("unavailable", &e);
-            return Ending::Unavailable;
+            return Outcome::NotHeld(Ending::Unavailable);
         }
     };
-    let token = match new_token() {
-        Ok(token) => token,
-        Err(e) => {
-            report.error(
-                "internal",
-                format_args!("cannot read random bytes for the token: {e}"),
-            );
-            return Ending::Software;
-        }
-    };
+    let token = Token::new();
     let holder = HolderInfo {
         host: hostname(),
         pid: std::process::id(),
         command: cfg.command.display.clone(),
     };
 
-    // 1. Acquire.
     let held = match acquire(cfg, &lock, &token, &holder, &mut signals, report).await {
         Ok(held) => held,
-        Err(ending) => return ending,
+        Err(ending) => return Outcome::NotHeld(ending),
     };
     report.info(
         "acquired",
         format_args!(
             "acquired {} (fence {}, ttl {}) after {}",
-            lock.keys().lock,
+            lock.name(),
             held.fence,
             show(cfg.ttl),
             show_ms(held.waited)
         ),
     );
+    let under = hold(cfg, &lock, &token, &held, &mut signals, report).await;
 
-    // 2. Replica acknowledgement of the acquire.
-    if cfg.min_replicas > 0 {
-        if let Err(msg) = confirm_replicas(cfg, &lock).await {
-            report.error("replicas", format_args!("{msg}; not running the command"));
-            release(cfg, &lock, &token, &held, report, false).await;
-            return Ending::Unavailable;
-        }
-    }
-    if let Some(sig) = signals.pending().await {
-        release(cfg, &lock, &token, &held, report, false).await;
-        return Ending::Interrupted(sig as i32);
-    }
-
-    // The acquire's reply, the replica check or a pause of this process may have taken so long
-    // that the lease is already in its last --grace: then starting the command would be
-    // starting it without the lock.
-    if held.lease.standing(Stamp::now()) != Standing::Safe {
-        release(cfg, &lock, &token, &held, report, true).await;
-        report.error(
-            "lost",
-            format_args!(
-                "lease on {} ran out before the command could start (slow reply, replica wait \
-                 or a paused process); not running it",
-                lock.keys().lock
-            ),
-        );
-        return Ending::Lost;
-    }
-
-    // 3. Run the command under the lease.
-    child::become_subreaper();
-    let env = [
-        ("REDLOCK_KEY", lock.keys().lock.clone()),
-        ("REDLOCK_TOKEN", token.clone()),
-        ("REDLOCK_TTL_MS", cfg.ttl.as_millis().to_string()),
-        ("REDLOCK_FENCE", held.fence.to_string()),
-    ];
-    let mut job = match Job::spawn(&cfg.command, &env) {
-        Ok(job) => job,
-        Err(err) => {
-            release(cfg, &lock, &token, &held, report, false).await;
-            let (ending, err) = match err {
-                SpawnError::NotFound(e) => (Ending::NotFound, e),
-                SpawnError::NotExecutable(e) => (Ending::NotExecutable, e),
-            };
-            report.error(
-                "spawn",
-                format_args!("cannot run {}: {err}", cfg.command.display),
-            );
-            return ending;
-        }
+    // The one release. --hold-at-least keeps the lock only after a command that ran: a
+    // command that never started must not make the other hosts skip the job.
+    let keep = match under {
+        Under::Ran { .. } => cfg
+            .hold_at_least
+            .and_then(|hold| hold.checked_sub(Stamp::now().since(held.acquired)))
+            .unwrap_or_default(),
+        _ => Duration::ZERO,
     };
-    report.info(
-        "spawned",
-        format_args!("started pid {}: {}", job.pid(), cfg.command.display),
-    );
-    let (end, stop, deadline) =
-        supervise(cfg, &lock, &token, &held, &mut job, &mut signals, report).await;
-    // Leftovers in the group get --grace, but never past the lease: renewals have stopped.
-    let leftovers_until = Stamp::now()
-        .checked_add(cfg.grace)
-        .map_or(deadline, |at| at.min(deadline));
-    // An INT or TERM now (the user pressing Ctrl-C again) skips the wait for leftovers.
-    job.finish(leftovers_until, signals.recv_quit()).await;
-
-    // 4. Release and decide the outcome.
-    let lost_already = matches!(stop, Some(Stop::Lost | Stop::Unconfirmed(_)));
-    let released_ours = if lost_already {
-        // Not ours any more (or not provably): the compare in the script keeps a new holder
-        // safe, so still try, to clean up if the key happens to hold our token.
-        release(cfg, &lock, &token, &held, report, true).await;
-        false
-    } else {
-        release(cfg, &lock, &token, &held, report, false).await
-    };
-    let end = match end {
-        Ok(end) => end,
-        Err(e) => {
-            report.error("wait", format_args!("lost track of the command: {e}"));
-            return Ending::Software;
-        }
-    };
-    match stop {
-        Some(Stop::Lost) => {
-            report.error(
-                "lost",
-                format_args!(
-                    "lock {} was lost while the command ran (the key expired, was deleted or \
-                     now holds another value); the command was stopped",
-                    lock.keys().lock
-                ),
-            );
-            Ending::Lost
-        }
-        Some(Stop::Unconfirmed(why)) => {
-            report.error(
-                "lost",
-                format_args!(
-                    "lock {} could not be renewed before its lease ran out ({why}); the command \
-                     was stopped",
-                    lock.keys().lock
-                ),
-            );
-            Ending::Lost
-        }
-        // The lock was not ours at release: that outranks how the command ended.
-        Some(Stop::MaxRuntime | Stop::Signal(_)) | None if !released_ours => Ending::Lost,
-        Some(Stop::MaxRuntime) => {
-            report.error(
-                "max-runtime",
-                format_args!(
-                    "the command ran longer than --max-runtime {} and was stopped",
-                    show(cfg.max_runtime.unwrap_or_default())
-                ),
-            );
-            Ending::MaxRuntime
-        }
-        Some(Stop::Signal(_)) | None => Ending::Ran(ChildEnd::from(end)),
-    }
+    let release = release(cfg, &lock, &token, keep, report).await;
+    let outcome = Outcome::Held { under, release };
+    tell(cfg, lock.name(), &outcome, keep, report);
+    outcome
 }
 
 /// The lock as held by this run.
 struct Held {
     lease: Lease,
-    /// When the successful SET was sent: the lease and the heartbeat count from here.
-    sent: Stamp,
+    /// Heartbeats count from here, like the lease.
+    counted_from: Stamp,
     fence: u64,
     /// When the acquire's reply arrived: `--hold-at-least` counts from here, which is no
     /// earlier than the server's SET.
@@ -214,25 +183,24 @@ struct Held {
     waited: Duration,
 }
 
-async fn acquire(
+async fn acquire<L: Lock>(
     cfg: &RunConfig,
-    lock: &Lock,
-    token: &str,
+    lock: &L,
+    token: &Token,
     holder: &HolderInfo,
     signals: &mut Signals,
     report: &Reporter,
 ) -> Result<Held, Ending> {
     let started = Stamp::now();
-    let mut backoff = Backoff::new(token);
+    let mut backoff = Backoff::new(token.seed());
     // Subscribed on the first busy reply when there is time to wait; wakes the next attempt
     // as soon as the holder releases, instead of at the next poll.
-    let mut notices: Option<ReleaseNotices> = None;
+    let mut notices = None;
     let mut subscribed = false;
     let result = loop {
-        let sent = Stamp::now();
-        // Never cancelled by a signal: a SET that was sent may have landed. A signal is looked
-        // at after the reply, and a lock already taken is released first.
-        let attempt = lock.acquire(token, cfg.ttl, holder).await;
+        // Never cancelled by a signal: the backend must see its attempt through (and take
+        // back a write whose reply was lost). A signal is looked at after the reply.
+        let attempt = lock.try_acquire(token, cfg.ttl, holder).await;
         let now = Stamp::now();
         let left = match cfg.wait {
             Wait::Forever => Some(Duration::MAX),
@@ -241,35 +209,34 @@ async fn acquire(
                 .filter(|d| !d.is_zero()),
         };
         match attempt {
-            Ok(Acquired::Yes { fence }) => {
-                let held = Held {
-                    lease: Lease::granted(sent, cfg.ttl, cfg.grace)
+            Ok(Attempt::Granted(grant)) => {
+                break Ok(Held {
+                    lease: Lease::granted(grant.counted_from, cfg.ttl, cfg.grace)
                         .expect("config guarantees ttl > drift"),
-                    sent,
-                    fence,
+                    counted_from: grant.counted_from,
+                    fence: grant.fence,
                     acquired: now,
                     waited: now.since(started),
-                };
-                if let Some(sig) = signals.pending().await {
-                    release(cfg, lock, token, &held, report, false).await;
-                    break Err(Ending::Interrupted(sig as i32));
-                }
-                break Ok(held);
+                });
             }
-            Ok(Acquired::Busy(holder)) => {
+            Ok(Attempt::Busy(holder)) => {
                 let Some(left) = left else {
-                    report.busy(busy_message(&lock.keys().lock, &holder, cfg.wait));
+                    report.busy(busy_message(lock.name(), &holder, cfg.wait));
                     break Err(Ending::Busy(cfg.conflict_exit_code));
                 };
                 report.waiting(waiting_message(
-                    &lock.keys().lock,
+                    lock.name(),
                     &holder,
                     now.since(started),
                     cfg.wait,
                 ));
                 if !subscribed {
                     subscribed = true;
-                    notices = lock.release_notices().await;
+                    // Bounded by the wait left, and ended by a signal like any wait.
+                    tokio::select! {
+                        n = lock.release_notices(cfg.target.timeout.min(left)) => notices = n,
+                        sig = signals.recv() => break Err(Ending::Interrupted(sig as i32)),
+                    }
                     // The holder may have released while we subscribed: try again at once.
                     continue;
                 }
@@ -296,12 +263,6 @@ async fn acquire(
                 }
             }
             Err(e) => {
-                // A SET whose reply timed out or could not be read may still have landed:
-                // take back our own token, if it is there, rather than block everyone for a
-                // whole TTL. The compare in the script leaves any other value alone.
-                if e.may_have_written() {
-                    let _ = lock.release(token, Duration::ZERO).await;
-                }
                 report.error("unavailable", &e);
                 break Err(Ending::Unavailable);
             }
@@ -309,6 +270,423 @@ async fn acquire(
     };
     report.waiting_done();
     result
+}
+
+/// With the lock held: start the command if it may start, and supervise it to its end.
+async fn hold<L: Lock>(
+    cfg: &RunConfig,
+    lock: &L,
+    token: &Token,
+    held: &Held,
+    signals: &mut Signals,
+    report: &Reporter,
+) -> Under {
+    if let Some(sig) = signals.pending().await {
+        return Under::Interrupted(sig as i32);
+    }
+    // The acquire's reply, the replica wait or a pause of this process may have taken so long
+    // that the lease is already in its last --grace: starting the command now would be
+    // starting it without the lock.
+    if held.lease.standing(Stamp::now()) != Standing::Safe {
+        return Under::LateStart;
+    }
+    child::become_subreaper();
+    let env = [
+        ("REDLOCK_KEY", lock.name().to_owned()),
+        ("REDLOCK_TOKEN", token.as_str()),
+        ("REDLOCK_TTL_MS", cfg.ttl.as_millis().to_string()),
+        ("REDLOCK_FENCE", held.fence.to_string()),
+    ];
+    let mut job = match Job::spawn(&cfg.command, &env) {
+        Ok(job) => job,
+        Err(err) => {
+            let (ending, err) = match err {
+                SpawnError::NotFound(e) => (Ending::NotFound, e),
+                SpawnError::NotExecutable(e) => (Ending::NotExecutable, e),
+            };
+            report.error(
+                "spawn",
+                format_args!("cannot run {}: {err}", cfg.command.display),
+            );
+            return Under::SpawnFailed(ending);
+        }
+    };
+    report.info(
+        "spawned",
+        format_args!("started pid {}: {}", job.pid(), cfg.command.display),
+    );
+    let keeper = LeaseKeeper::new(cfg, lock, token, held);
+    let ended = supervise(cfg, keeper, &mut job, signals, report).await;
+    // Leftovers in the group get --grace, but never past the lease: renewals have stopped.
+    let leftovers_until = Stamp::now()
+        .checked_add(cfg.grace)
+        .map_or(ended.deadline, |at| at.min(ended.deadline));
+    // An INT or TERM now (the user pressing Ctrl-C again) skips the wait for leftovers.
+    job.finish(leftovers_until, signals.recv_quit()).await;
+    let end = match ended.status {
+        Ok(status) => Some(ChildEnd::from(status)),
+        Err(e) => {
+            report.error("wait", format_args!("lost track of the command: {e}"));
+            None
+        }
+    };
+    Under::Ran {
+        end,
+        lease: ended.lease,
+        max_runtime: ended.max_runtime,
+    }
+}
+
+/// How supervision ended.
+struct Supervised {
+    status: std::io::Result<std::process::ExitStatus>,
+    lease: Option<LeaseEnd>,
+    max_runtime: bool,
+    /// The lease deadline at the end.
+    deadline: Stamp,
+}
+
+/// Run the command to its end while the keeper keeps the lease.
+///
+/// Each pass of the loop first reads the clock and acts on it: the lease standing, the
+/// max-runtime, a due SIGKILL. So a process that wakes up late (SIGSTOP, VM pause, suspend,
+/// overload) stops the command before it does anything else, never after trying a renewal
+/// first. Then it waits for the first of: the command's exit, a signal, a renewal reply, or
+/// the next moment something is due.
+async fn supervise<L: Lock>(
+    cfg: &RunConfig,
+    mut keeper: LeaseKeeper<'_, L>,
+    job: &mut Job,
+    signals: &mut Signals,
+    report: &Reporter,
+) -> Supervised {
+    let max_runtime_at = cfg.max_runtime.and_then(|d| Stamp::now().checked_add(d));
+    let mut max_runtime = false;
+    let mut stopper = Stopper::default();
+    let mut quit_signals = 0u32;
+
+    loop {
+        let now = Stamp::now();
+        match keeper.check(now) {
+            Some(Standing::Safe) | None => {}
+            Some(standing) => {
+                // SIGKILL at the deadline, so the command is gone before the server can
+                // expire the key; if the deadline has passed already (a late wake-up), after
+                // --grace.
+                let kill_at = if standing == Standing::Expired {
+                    now.checked_add(cfg.grace)
+                } else {
+                    Some(keeper.deadline())
+                };
+                stopper.terminate(job, kill_at);
+                report.info(
+                    "stopping",
+                    format_args!(
+                        "lease on {} not renewed in time ({}); sending SIGTERM",
+                        keeper.lock.name(),
+                        keeper.last_error
+                    ),
+                );
+            }
+        }
+        if !max_runtime && max_runtime_at.is_some_and(|at| now >= at) {
+            // Applies whatever else has happened (a forwarded TERM the command ignored).
+            max_runtime = true;
+            stopper.terminate(job, now.checked_add(cfg.grace));
+        }
+        stopper.kill_if_due(job, now);
+        keeper.start_renewal_if_due(now);
+
+        // The next moment something is due, napping at most MAX_NAP.
+        let mut wake = earliest(now.checked_add(MAX_NAP), keeper.next_due());
+        wake = earliest(wake, stopper.next_due());
+        if !max_runtime {
+            wake = earliest(wake, max_runtime_at);
+        }
+        let nap = wake.map_or(MAX_NAP, |w| now.until(w));
+
+        tokio::select! {
+            biased;
+            status = job.wait() => {
+                return Supervised {
+                    status,
+                    deadline: keeper.deadline(),
+                    lease: keeper.ended,
+                    max_runtime,
+                };
+            }
+            sig = signals.recv() => {
+                let quit = matches!(sig, Signal::SIGINT | Signal::SIGTERM);
+                if quit {
+                    quit_signals += 1;
+                }
+                if quit && quit_signals > 1 {
+                    report.info("signal", format_args!("second {sig}: killing the command"));
+                    stopper.kill(job);
+                } else {
+                    report.info("signal", format_args!("forwarding {sig} to the command"));
+                    job.signal(sig);
+                }
+            }
+            reply = keeper.reply(), if keeper.renewing() => {
+                if keeper.on_reply(reply, report) == Some(LeaseEnd::Lost) {
+                    stopper.terminate(job, Stamp::now().checked_add(cfg.grace));
+                }
+            }
+            () = tokio::time::sleep(nap) => {}
+        }
+    }
+}
+
+type RenewalFuture<'a> = Pin<Box<dyn Future<Output = Result<Renewal, RedisFailure>> + 'a>>;
+
+/// Keeps the lease: schedules renewals, reads their replies, and says when the lease can no
+/// longer be trusted. It never touches the command; the supervisor acts on what it says.
+struct LeaseKeeper<'a, L: Lock> {
+    lock: &'a L,
+    token: &'a Token,
+    ttl: Duration,
+    heartbeat: Duration,
+    lease: Lease,
+    next_renewal: Option<Stamp>,
+    renewal: Option<RenewalFuture<'a>>,
+    last_error: String,
+    /// Set once, when the lease could not be kept; renewals stop then.
+    ended: Option<LeaseEnd>,
+}
+
+impl<'a, L: Lock> LeaseKeeper<'a, L> {
+    fn new(cfg: &RunConfig, lock: &'a L, token: &'a Token, held: &Held) -> Self {
+        LeaseKeeper {
+            lock,
+            token,
+            ttl: cfg.ttl,
+            heartbeat: cfg.heartbeat,
+            lease: held.lease,
+            // Heartbeats count from the acquire's send time, like the lease they extend.
+            next_renewal: held.counted_from.checked_add(cfg.heartbeat),
+            renewal: None,
+            last_error: String::from("no renewal was answered in time"),
+            ended: None,
+        }
+    }
+
+    fn deadline(&self) -> Stamp {
+        self.lease.deadline()
+    }
+
+    /// Where the lease stands now, reported only the first time it is no longer safe
+    /// (`None` once the lease has ended for any reason).
+    fn check(&mut self, now: Stamp) -> Option<Standing> {
+        if self.ended.is_some() {
+            return None;
+        }
+        let standing = self.lease.standing(now);
+        if standing != Standing::Safe {
+            self.ended = Some(LeaseEnd::Unconfirmed(self.last_error.clone()));
+            self.renewal = None;
+            self.next_renewal = None;
+        }
+        Some(standing)
+    }
+
+    fn start_renewal_if_due(&mut self, now: Stamp) {
+        if self.renewal.is_none() && self.next_renewal.is_some_and(|at| now >= at) {
+            // Bounded so that it never outlives the lease it tries to extend.
+            let within = now
+                .until(self.lease.deadline())
+                .max(Duration::from_millis(10));
+            let (lock, token, ttl) = (self.lock, self.token, self.ttl);
+            self.renewal = Some(Box::pin(lock.renew(token, ttl, within)));
+        }
+    }
+
+    fn renewing(&self) -> bool {
+        self.renewal.is_some()
+    }
+
+    /// The reply of the renewal under way. Only polled while `renewing()`.
+    async fn reply(&mut self) -> Result<Renewal, RedisFailure> {
+        match self.renewal.as_mut() {
+            Some(renewal) => renewal.await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Take in a renewal's reply. Returns `Some(Lost)` when the lock turned out to be gone.
+    fn on_reply(
+        &mut self,
+        reply: Result<Renewal, RedisFailure>,
+        report: &Reporter,
+    ) -> Option<LeaseEnd> {
+        self.renewal = None;
+        match reply {
+            Ok(Renewal::Renewed { counted_from }) => {
+                self.lease.renewed(counted_from);
+                self.next_renewal = counted_from.checked_add(self.heartbeat);
+                report.info("renewed", format_args!("renewed {}", self.lock.name()));
+                None
+            }
+            Ok(Renewal::Lost) => {
+                self.next_renewal = None;
+                if matches!(self.ended, Some(LeaseEnd::Lost)) {
+                    return None;
+                }
+                self.ended = Some(LeaseEnd::Lost);
+                Some(LeaseEnd::Lost)
+            }
+            Err(e) => {
+                let why = e.to_string();
+                report.info(
+                    "renew-failed",
+                    format_args!("renewal failed: {why}; retrying"),
+                );
+                self.last_error = why;
+                self.next_renewal = Stamp::now().checked_add(RENEW_RETRY);
+                None
+            }
+        }
+    }
+
+    /// The next moment the keeper must act: a renewal, or the start of the last --grace.
+    fn next_due(&self) -> Option<Stamp> {
+        if self.ended.is_some() {
+            return None;
+        }
+        let renewal = if self.renewal.is_none() {
+            self.next_renewal
+        } else {
+            None
+        };
+        earliest(renewal, Some(self.lease.stop_at()))
+    }
+}
+
+/// Stops the command: SIGTERM when asked, SIGKILL at the earliest moment any reason set (or
+/// at once). Each reason may ask again; the earliest SIGKILL wins.
+#[derive(Default)]
+struct Stopper {
+    kill_at: Option<Stamp>,
+    killed: bool,
+}
+
+impl Stopper {
+    fn terminate(&mut self, job: &Job, kill_at: Option<Stamp>) {
+        job.signal(Signal::SIGTERM);
+        self.kill_at = earliest(self.kill_at, kill_at);
+    }
+
+    fn kill(&mut self, job: &Job) {
+        job.signal(Signal::SIGKILL);
+        self.killed = true;
+    }
+
+    fn kill_if_due(&mut self, job: &Job, now: Stamp) {
+        if !self.killed && self.kill_at.is_some_and(|at| now >= at) {
+            self.kill(job);
+        }
+    }
+
+    fn next_due(&self) -> Option<Stamp> {
+        if self.killed {
+            None
+        } else {
+            self.kill_at
+        }
+    }
+}
+
+async fn release<L: Lock>(
+    cfg: &RunConfig,
+    lock: &L,
+    token: &Token,
+    keep: Duration,
+    report: &Reporter,
+) -> ReleaseResult {
+    match lock.release(token, keep).await {
+        Ok(Released::Released) => ReleaseResult::Released,
+        Ok(Released::HeldByOther) => ReleaseResult::HeldByOther,
+        Ok(Released::Gone) => ReleaseResult::Gone,
+        Err(e) => {
+            report.warn(
+                "release-failed",
+                format_args!(
+                    "could not release {} ({e}); it expires within {}",
+                    lock.name(),
+                    show(cfg.ttl)
+                ),
+            );
+            ReleaseResult::Unreachable
+        }
+    }
+}
+
+/// The messages for a run that held the lock (a run that did not has said why already).
+fn tell(cfg: &RunConfig, key: &str, outcome: &Outcome, keep: Duration, report: &Reporter) {
+    let Outcome::Held { under, release } = outcome else {
+        return;
+    };
+    let lost_known = matches!(under, Under::LateStart | Under::Ran { lease: Some(_), .. });
+    match release {
+        ReleaseResult::Released if keep.is_zero() => {
+            report.info("released", format_args!("released {key}"))
+        }
+        ReleaseResult::Released => report.info(
+            "released",
+            format_args!(
+                "{key} stays locked for {} more (--hold-at-least)",
+                show_ms(keep)
+            ),
+        ),
+        ReleaseResult::HeldByOther if !lost_known => report.error(
+            "lost",
+            format_args!("lock {key} was held by someone else at release; left it alone"),
+        ),
+        ReleaseResult::Gone if !lost_known => report.error(
+            "lost",
+            format_args!("lock {key} had already expired or been deleted at release"),
+        ),
+        _ => {}
+    }
+    match under {
+        Under::LateStart => report.error(
+            "lost",
+            format_args!(
+                "lease on {key} ran out before the command could start (slow reply, replica \
+                 wait or a paused process); not running it"
+            ),
+        ),
+        Under::Ran {
+            lease: Some(LeaseEnd::Lost),
+            ..
+        } => report.error(
+            "lost",
+            format_args!(
+                "lock {key} was lost while the command ran (the key expired, was deleted or \
+                 now holds another value); the command was stopped"
+            ),
+        ),
+        Under::Ran {
+            lease: Some(LeaseEnd::Unconfirmed(why)),
+            ..
+        } => report.error(
+            "lost",
+            format_args!(
+                "lock {key} could not be renewed before its lease ran out ({why}); the command \
+                 was stopped"
+            ),
+        ),
+        Under::Ran {
+            max_runtime: true, ..
+        } if exit_for(outcome) == Ending::MaxRuntime => report.error(
+            "max-runtime",
+            format_args!(
+                "the command ran longer than --max-runtime {} and was stopped",
+                show(cfg.max_runtime.unwrap_or_default())
+            ),
+        ),
+        _ => {}
+    }
 }
 
 fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) -> String {
@@ -342,264 +720,6 @@ fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
     format!("lock {key} is busy: held{who}{ttl}{waited}")
 }
 
-/// Why the supervisor stopped the command.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Stop {
-    /// A forwarded INT or TERM asked the command to end; its status stands.
-    Signal(Signal),
-    /// A renewal found the token gone: someone else may hold the lock now.
-    Lost,
-    /// No renewal succeeded in time; carries the last error.
-    Unconfirmed(String),
-    MaxRuntime,
-}
-
-/// The outcome of one renewal attempt.
-enum Renewal {
-    Renewed,
-    Lost,
-    Failed(String),
-}
-
-type RenewalFuture<'a> = Pin<Box<dyn Future<Output = (Stamp, Renewal)> + 'a>>;
-
-/// Run the command to its end while keeping the lease. Returns its wait status, why the
-/// supervisor had to stop it (if it did), and the lease deadline at the end.
-///
-/// Each pass of the loop first reads the clock and acts on the lease standing, so a process
-/// that wakes up late (SIGSTOP, VM pause, suspend, overload) stops the command before it does
-/// anything else, never after trying a renewal first. Then it waits for the first of: the
-/// command's exit, a signal, a renewal reply, or the next timer.
-async fn supervise(
-    cfg: &RunConfig,
-    lock: &Lock,
-    token: &str,
-    held: &Held,
-    job: &mut Job,
-    signals: &mut Signals,
-    report: &Reporter,
-) -> (
-    std::io::Result<std::process::ExitStatus>,
-    Option<Stop>,
-    Stamp,
-) {
-    let started = Stamp::now();
-    let mut lease = held.lease;
-    let max_runtime_at = cfg.max_runtime.and_then(|d| started.checked_add(d));
-    // Heartbeats count from the acquire's send time, like the lease they extend.
-    let mut next_renewal = held.sent.checked_add(cfg.heartbeat);
-    let mut renewal: Option<RenewalFuture<'_>> = None;
-    let mut stop: Option<Stop> = None;
-    // When SIGKILL goes to the group, once the command has been asked to stop.
-    let mut kill_at: Option<Stamp> = None;
-    let mut killed = false;
-    let mut quit_signals = 0u32;
-    let mut last_error = String::from("no renewal was answered in time");
-
-    loop {
-        let now = Stamp::now();
-
-        // The lease first. `stop` for a lease reason is set at most once.
-        let standing = lease.standing(now);
-        let lease_stop_needed =
-            standing != Standing::Safe && !matches!(stop, Some(Stop::Lost | Stop::Unconfirmed(_)));
-        if lease_stop_needed {
-            job.signal(Signal::SIGTERM);
-            // SIGKILL at the deadline, so the command is gone before the server can expire
-            // the key; if the deadline has passed already (a late wake-up), after --grace.
-            let at = if standing == Standing::Expired {
-                now.checked_add(cfg.grace)
-            } else {
-                Some(lease.deadline())
-            };
-            kill_at = earliest(kill_at, at);
-            stop = Some(Stop::Unconfirmed(last_error.clone()));
-            renewal = None;
-            next_renewal = None;
-            report.info(
-                "stopping",
-                format_args!(
-                    "lease on {} not renewed in time ({last_error}); sending SIGTERM",
-                    lock.keys().lock
-                ),
-            );
-        }
-        if let Some(at) = max_runtime_at {
-            if now >= at && stop.is_none() {
-                job.signal(Signal::SIGTERM);
-                kill_at = earliest(kill_at, now.checked_add(cfg.grace));
-                stop = Some(Stop::MaxRuntime);
-            }
-        }
-        if kill_at.is_some_and(|at| now >= at) && !killed {
-            job.signal(Signal::SIGKILL);
-            killed = true;
-        }
-        if renewal.is_none() && next_renewal.is_some_and(|at| now >= at) {
-            renewal = Some(Box::pin(renew(cfg, lock, token, lease.deadline())));
-        }
-
-        // The next moment something is due, napping at most MAX_NAP.
-        let mut wake = now.checked_add(MAX_NAP);
-        if renewal.is_none() {
-            wake = earliest(wake, next_renewal);
-        }
-        if !matches!(stop, Some(Stop::Lost | Stop::Unconfirmed(_))) {
-            wake = earliest(wake, Some(lease.stop_at()));
-        }
-        if !killed {
-            wake = earliest(wake, kill_at);
-        }
-        if stop.is_none() {
-            wake = earliest(wake, max_runtime_at);
-        }
-        let nap = wake.map_or(MAX_NAP, |w| now.until(w));
-
-        tokio::select! {
-            biased;
-            status = job.wait() => return (status, stop, lease.deadline()),
-            sig = signals.recv() => {
-                let quit = matches!(sig, Signal::SIGINT | Signal::SIGTERM);
-                if quit {
-                    quit_signals += 1;
-                }
-                if quit && quit_signals > 1 {
-                    report.info("signal", format_args!("second {sig}: killing the command"));
-                    job.signal(Signal::SIGKILL);
-                    killed = true;
-                } else {
-                    report.info("signal", format_args!("forwarding {sig} to the command"));
-                    job.signal(sig);
-                }
-                if quit && stop.is_none() {
-                    stop = Some(Stop::Signal(sig));
-                }
-            }
-            (sent, outcome) = async { renewal.as_mut().expect("guarded").await }, if renewal.is_some() => {
-                renewal = None;
-                match outcome {
-                    Renewal::Renewed => {
-                        lease.renewed(sent);
-                        next_renewal = sent.checked_add(cfg.heartbeat);
-                        report.info("renewed", format_args!("renewed {}", lock.keys().lock));
-                    }
-                    Renewal::Lost => {
-                        if !matches!(stop, Some(Stop::Lost)) {
-                            job.signal(Signal::SIGTERM);
-                            kill_at = earliest(kill_at, Stamp::now().checked_add(cfg.grace));
-                            stop = Some(Stop::Lost);
-                        }
-                        next_renewal = None;
-                    }
-                    Renewal::Failed(why) => {
-                        report.info("renew-failed", format_args!("renewal failed: {why}; retrying"));
-                        last_error = why;
-                        next_renewal = Stamp::now().checked_add(RENEW_RETRY);
-                    }
-                }
-            }
-            () = tokio::time::sleep(nap) => {}
-        }
-    }
-}
-
-/// One renewal: compare-then-PEXPIRE, then (with --min-replicas) WAIT. Bounded so that it
-/// never outlives the lease it tries to extend.
-async fn renew(cfg: &RunConfig, lock: &Lock, token: &str, deadline: Stamp) -> (Stamp, Renewal) {
-    let sent = Stamp::now();
-    let bound = sent.until(deadline).max(Duration::from_millis(10));
-    let outcome = match lock.renew(token, cfg.ttl, bound).await {
-        Ok(false) => Renewal::Lost,
-        Ok(true) if cfg.min_replicas == 0 => Renewal::Renewed,
-        Ok(true) => match confirm_replicas(cfg, lock).await {
-            Ok(()) => Renewal::Renewed,
-            Err(msg) => Renewal::Failed(msg),
-        },
-        Err(e) => Renewal::Failed(e.to_string()),
-    };
-    (sent, outcome)
-}
-
-/// `Err` with a message when fewer than --min-replicas acknowledge our writes in time.
-async fn confirm_replicas(cfg: &RunConfig, lock: &Lock) -> Result<(), String> {
-    match lock
-        .wait_replicas(cfg.min_replicas, cfg.replica_timeout)
-        .await
-    {
-        Ok(n) if n >= cfg.min_replicas => Ok(()),
-        Ok(n) => Err(format!(
-            "only {n} of {} replicas acknowledged the lock {} within {}",
-            cfg.min_replicas,
-            lock.keys().lock,
-            show(cfg.replica_timeout)
-        )),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Release the lock. Returns true if the key still held our token (released or, under
-/// --hold-at-least, left to expire later). `quiet_if_gone` suppresses the message when the
-/// caller already knows the lock is lost.
-async fn release(
-    cfg: &RunConfig,
-    lock: &Lock,
-    token: &str,
-    held: &Held,
-    report: &Reporter,
-    quiet_if_gone: bool,
-) -> bool {
-    let keep = cfg
-        .hold_at_least
-        .and_then(|hold| hold.checked_sub(Stamp::now().since(held.acquired)))
-        .unwrap_or_default();
-    let key = &lock.keys().lock;
-    match lock.release(token, keep).await {
-        Ok(Released::Released) => {
-            if keep.is_zero() {
-                report.info("released", format_args!("released {key}"));
-            } else {
-                report.info(
-                    "released",
-                    format_args!(
-                        "{key} stays locked for {} more (--hold-at-least)",
-                        show_ms(keep)
-                    ),
-                );
-            }
-            true
-        }
-        Ok(Released::HeldByOther) => {
-            if !quiet_if_gone {
-                report.error(
-                    "lost",
-                    format_args!("lock {key} was held by someone else at release; left it alone"),
-                );
-            }
-            false
-        }
-        Ok(Released::Gone) => {
-            if !quiet_if_gone {
-                report.error(
-                    "lost",
-                    format_args!("lock {key} had already expired or been deleted at release"),
-                );
-            }
-            false
-        }
-        Err(e) => {
-            // The command ran under a valid lease; the key expires by itself within --ttl.
-            report.warn(
-                "release-failed",
-                format_args!(
-                    "could not release {key} ({e}); it expires within {}",
-                    show(cfg.ttl)
-                ),
-            );
-            true
-        }
-    }
-}
-
 fn earliest(a: Option<Stamp>, b: Option<Stamp>) -> Option<Stamp> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -629,6 +749,96 @@ fn show_ms(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ran(end: ChildEnd) -> Under {
+        Under::Ran {
+            end: Some(end),
+            lease: None,
+            max_runtime: false,
+        }
+    }
+
+    fn held(under: Under, release: ReleaseResult) -> Ending {
+        exit_for(&Outcome::Held { under, release })
+    }
+
+    #[test]
+    fn a_command_that_ran_under_its_lease_gives_its_own_status() {
+        use ReleaseResult::*;
+        assert_eq!(
+            held(ran(ChildEnd::Exited(3)), Released),
+            Ending::Ran(ChildEnd::Exited(3))
+        );
+        assert_eq!(
+            held(ran(ChildEnd::Signalled(15)), Released),
+            Ending::Ran(ChildEnd::Signalled(15))
+        );
+        // Redis unreachable at release: the command ran under a valid lease; its code stands.
+        assert_eq!(
+            held(ran(ChildEnd::Exited(0)), Unreachable),
+            Ending::Ran(ChildEnd::Exited(0))
+        );
+    }
+
+    #[test]
+    fn a_lock_not_ours_at_release_outranks_success() {
+        for release in [ReleaseResult::HeldByOther, ReleaseResult::Gone] {
+            assert_eq!(held(ran(ChildEnd::Exited(0)), release), Ending::Lost);
+            let max = Under::Ran {
+                end: Some(ChildEnd::Signalled(15)),
+                lease: None,
+                max_runtime: true,
+            };
+            assert_eq!(held(max, release), Ending::Lost);
+        }
+    }
+
+    #[test]
+    fn a_lost_lease_is_74_whatever_the_command_did() {
+        for lease in [LeaseEnd::Lost, LeaseEnd::Unconfirmed("timeout".into())] {
+            let under = Under::Ran {
+                end: Some(ChildEnd::Exited(0)),
+                lease: Some(lease),
+                max_runtime: true,
+            };
+            assert_eq!(held(under, ReleaseResult::Released), Ending::Lost);
+        }
+        assert_eq!(
+            held(Under::LateStart, ReleaseResult::Released),
+            Ending::Lost
+        );
+    }
+
+    #[test]
+    fn max_runtime_is_124_and_an_unreadable_status_is_internal() {
+        let max = Under::Ran {
+            end: Some(ChildEnd::Exited(0)),
+            lease: None,
+            max_runtime: true,
+        };
+        assert_eq!(held(max, ReleaseResult::Released), Ending::MaxRuntime);
+        let lost_track = Under::Ran {
+            end: None,
+            lease: None,
+            max_runtime: false,
+        };
+        assert_eq!(held(lost_track, ReleaseResult::Released), Ending::Software);
+    }
+
+    #[test]
+    fn a_command_that_never_started_keeps_its_own_code() {
+        for release in [ReleaseResult::Released, ReleaseResult::Gone] {
+            assert_eq!(
+                held(Under::SpawnFailed(Ending::NotFound), release),
+                Ending::NotFound
+            );
+            assert_eq!(held(Under::Interrupted(2), release), Ending::Interrupted(2));
+        }
+        assert_eq!(
+            exit_for(&Outcome::NotHeld(Ending::Busy(75))),
+            Ending::Busy(75)
+        );
+    }
 
     #[test]
     fn busy_message_names_key_holder_and_ttl() {

@@ -5,11 +5,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::Target;
 use crate::exit::Ending;
-use crate::lock::{Lock, Status};
+use crate::lock::{self, Lock, Status};
 use crate::report::{json_string, Reporter};
 
 pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
-    let lock = match Lock::connect(target).await {
+    let lock = match lock::open(target, None).await {
         Ok(lock) => lock,
         Err(e) => {
             report.error("unavailable", &e);

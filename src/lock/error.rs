@@ -25,6 +25,8 @@ pub enum FailureKind {
     ReadOnly,
     /// The key holds something other than a lock.
     WrongType,
+    /// Fewer replicas than `--min-replicas` acknowledged a write in time.
+    Replicas,
     /// Any other error reply.
     Other,
 }
@@ -71,6 +73,24 @@ impl RedisFailure {
             detail: format!("no reply to {what} in time"),
             maybe_sent: true,
         }
+    }
+
+    /// Fewer than `wanted` replicas acknowledged the write on `key` within `timeout`.
+    pub fn replicas(server: &str, key: &str, acked: u32, wanted: u32, timeout: &str) -> Self {
+        RedisFailure {
+            kind: FailureKind::Replicas,
+            server: server.to_owned(),
+            detail: format!(
+                "only {acked} of {wanted} replicas acknowledged the lock {key} within {timeout}"
+            ),
+            maybe_sent: true,
+        }
+    }
+
+    /// Nothing was sent (the failure happened while connecting): nothing can have been written.
+    pub fn not_sent(mut self) -> Self {
+        self.maybe_sent = false;
+        self
     }
 
     pub fn unexpected(server: &str, detail: impl Into<String>) -> Self {
@@ -121,7 +141,7 @@ impl fmt::Display for RedisFailure {
             FailureKind::NoPermission => write!(
                 f,
                 "Redis at {server} denied a command to this user ({detail}); the ACL must allow \
-                 EVAL/EVALSHA and the lock keys"
+                 EVAL/EVALSHA, the lock keys and PUBLISH on their release channel"
             ),
             FailureKind::ReadOnly => write!(
                 f,
@@ -130,6 +150,7 @@ impl fmt::Display for RedisFailure {
             FailureKind::WrongType => {
                 write!(f, "Redis at {server}: {detail}; refusing to touch it")
             }
+            FailureKind::Replicas => write!(f, "Redis at {server}: {detail}"),
             FailureKind::Other => write!(f, "Redis at {server} failed: {detail}"),
         }
     }

@@ -1,0 +1,228 @@
+//! The key layout: a lock key and its companions, and the rule that keeps them apart.
+//!
+//! Two things must hold for every lock name `L` (the prefix included):
+//!
+//! 1. **Same slot.** The companions (fence counter, holder info, release channel) sit in `L`'s
+//!    Redis Cluster slot, or one script could not touch them together.
+//!    - `L` with a hash tag (`{...}` with something inside) is hashed by that tag, so any
+//!      suffix keeps the slot: the companions are `L::NAME`.
+//!    - `L` without one is hashed whole, so the companions wrap it in braces: `{L}:NAME`
+//!      hashes exactly like `L`, provided `L` has no `}` (which would end the tag early).
+//!      A name with a `}` but no tag is therefore refused (`check`).
+//! 2. **No collisions.** No lock's key is ever equal to a companion of any lock, and two
+//!    different locks never share a companion. Otherwise a run of one lock would delete or
+//!    overwrite another lock's key (`{x}:a` deleting the lock `{x}:a:holder`), or see a fence
+//!    counter as a busy lock. Companions end in `:NAME` with `NAME` from [`COMPANIONS`] (no
+//!    colon in any), and:
+//!    - an untagged base `{L}` ends in `}` while a tagged base `L:` ends in `:`, so a
+//!      companion tells which form made it, and from it the one `L` that did;
+//!    - a lock name that has exactly the shape of a companion is refused (`check`), which is
+//!      only ever a name ending in `::NAME` after a tag, or one that is `{X}:NAME` whole.
+//!
+//! `tests::no_lock_key_equals_a_companion_of_another_lock` checks both over every short name
+//! built from the characters that matter.
+
+/// The suffixes of companion keys. A future companion (a waiter queue, a semaphore's limit)
+/// is added here, so the collision rule and its test cover it at once.
+pub const COMPANIONS: &[&str] = &["fence", "holder", "released"];
+
+/// The Redis keys of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    /// The lock itself: its value is the holder's token.
+    pub lock: String,
+    /// The fence counter (a string holding an integer).
+    pub fence: String,
+    /// Holder info for `status` (a hash), expiring with the lock.
+    pub holder: String,
+    /// Pub/sub channel on which a release is announced, so waiters need not poll.
+    pub released: String,
+}
+
+/// Why a lock name cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadName {
+    /// A `}` without a hash tag: no companion key could share the lock's cluster slot.
+    StrayBrace,
+    /// The name is a companion key of the lock named here.
+    Companion { of: String },
+}
+
+impl std::fmt::Display for BadName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadName::StrayBrace => write!(
+                f,
+                "has a '}}' but no {{hash tag}}, so its companion keys could not share its \
+                 cluster slot; remove the '}}' or use a tag such as {{name}}"
+            ),
+            BadName::Companion { of } => write!(
+                f,
+                "is the name of a companion key of the lock {of}; choose another name"
+            ),
+        }
+    }
+}
+
+impl Keys {
+    /// The keys of lock `lock`, or why that name cannot be a lock.
+    pub fn new(lock: &str) -> Result<Keys, BadName> {
+        check(lock)?;
+        let companion = |name: &str| companion(lock, name);
+        Ok(Keys {
+            lock: lock.to_owned(),
+            fence: companion("fence"),
+            holder: companion("holder"),
+            released: companion("released"),
+        })
+    }
+}
+
+/// The companion `name` of lock `lock` (which must pass `check`).
+fn companion(lock: &str, name: &str) -> String {
+    if has_hash_tag(lock) {
+        format!("{lock}::{name}")
+    } else {
+        format!("{{{lock}}}:{name}")
+    }
+}
+
+/// Refuse names whose companions could not share their slot, and names that are themselves
+/// a companion of another lock.
+pub fn check(lock: &str) -> Result<(), BadName> {
+    if !has_hash_tag(lock) && lock.contains('}') {
+        return Err(BadName::StrayBrace);
+    }
+    if let Some(of) = companion_of(lock) {
+        return Err(BadName::Companion { of });
+    }
+    Ok(())
+}
+
+/// The lock whose companion `key` is, if any: the inverse of `companion`.
+fn companion_of(key: &str) -> Option<String> {
+    COMPANIONS.iter().find_map(|name| {
+        let base = key.strip_suffix(name)?.strip_suffix(':')?;
+        if let Some(tagged) = base.strip_suffix(':') {
+            // `L::NAME` comes from a tagged `L`.
+            return has_hash_tag(tagged).then(|| tagged.to_owned());
+        }
+        // `{L}:NAME` comes from an untagged `L` without a `}`.
+        let inner = base.strip_prefix('{')?.strip_suffix('}')?;
+        (!inner.is_empty() && !has_hash_tag(inner) && !inner.contains('}'))
+            .then(|| inner.to_owned())
+    })
+}
+
+/// True when Redis Cluster would hash `key` by a `{tag}` inside it: the first `{` is followed
+/// by a `}` with at least one character between them.
+pub fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|len| len > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The part of a key Redis Cluster hashes: the tag if there is one, else the whole key.
+    fn hashed_part(key: &str) -> &str {
+        if let Some(open) = key.find('{') {
+            if let Some(len) = key[open + 1..].find('}') {
+                if len > 0 {
+                    return &key[open + 1..open + 1 + len];
+                }
+            }
+        }
+        key
+    }
+
+    #[test]
+    fn plain_keys_are_wrapped_so_companions_share_the_slot() {
+        let k = Keys::new("redlock:settle:2024-05").unwrap();
+        assert_eq!(k.lock, "redlock:settle:2024-05");
+        assert_eq!(k.fence, "{redlock:settle:2024-05}:fence");
+        assert_eq!(k.holder, "{redlock:settle:2024-05}:holder");
+        assert_eq!(k.released, "{redlock:settle:2024-05}:released");
+    }
+
+    #[test]
+    fn tagged_keys_keep_their_tag() {
+        let k = Keys::new("redlock:{batch}:a").unwrap();
+        assert_eq!(k.fence, "redlock:{batch}:a::fence");
+        // An empty tag does not count: the whole key is hashed, so wrap it.
+        assert!(!has_hash_tag("a{}b"));
+        assert!(has_hash_tag("a{b}"));
+        assert!(!has_hash_tag("a{b"));
+        assert_eq!(Keys::new("a{b").unwrap().fence, "{a{b}:fence");
+    }
+
+    #[test]
+    fn the_collisions_seen_in_review_cannot_happen() {
+        // `{x}:a:holder` is a lock of its own, not the holder hash of `{x}:a`.
+        let a = Keys::new("{x}:a").unwrap();
+        let b = Keys::new("{x}:a:holder").unwrap();
+        assert_ne!(a.holder, b.lock);
+        // After `{y}:a` ran, `{y}:a:fence` is not its fence counter.
+        assert_ne!(Keys::new("{y}:a").unwrap().fence, "{y}:a:fence");
+        // `a` and `{a}` hash alike but keep separate companions.
+        assert_ne!(
+            Keys::new("a").unwrap().fence,
+            Keys::new("{a}").unwrap().fence
+        );
+        // What is refused names the lock it belongs to.
+        assert_eq!(
+            Keys::new("{a}:fence"),
+            Err(BadName::Companion { of: "a".into() })
+        );
+        assert_eq!(
+            Keys::new("{x}:a::holder"),
+            Err(BadName::Companion { of: "{x}:a".into() })
+        );
+        assert_eq!(Keys::new("a}b"), Err(BadName::StrayBrace));
+        assert_eq!(Keys::new("a{}b"), Err(BadName::StrayBrace));
+    }
+
+    /// Every name over an alphabet of the characters that matter (braces, colon, a letter, and
+    /// companion names as single symbols), up to a length that covers every shape the rule
+    /// distinguishes: accepted names never produce a key equal to another accepted name's key
+    /// or companion, and companions always share the lock's slot.
+    #[test]
+    fn no_lock_key_equals_a_companion_of_another_lock() {
+        let symbols: Vec<String> = ["{", "}", ":", "a", "b"]
+            .iter()
+            .chain(COMPANIONS)
+            .map(|s| s.to_string())
+            .collect();
+        let mut names = vec![String::new()];
+        let mut frontier = vec![String::new()];
+        for _ in 0..6 {
+            let mut next = Vec::new();
+            for prefix in &frontier {
+                for s in &symbols {
+                    next.push(format!("{prefix}{s}"));
+                }
+            }
+            names.extend(next.iter().cloned());
+            frontier = next;
+        }
+        let mut owner: std::collections::HashMap<String, String> = Default::default();
+        let mut accepted = 0;
+        for name in names.iter().filter(|n| !n.is_empty()) {
+            let Ok(keys) = Keys::new(name) else { continue };
+            accepted += 1;
+            for key in [&keys.lock, &keys.fence, &keys.holder, &keys.released] {
+                assert_eq!(
+                    hashed_part(key),
+                    hashed_part(&keys.lock),
+                    "{key} is not in the slot of lock {name}"
+                );
+                if let Some(other) = owner.insert(key.clone(), name.clone()) {
+                    panic!("{key} belongs to lock {other} and to lock {name}");
+                }
+            }
+        }
+        assert!(accepted > 100_000, "only {accepted} names were accepted");
+    }
+}

@@ -1,0 +1,8 @@
+//! Topologies: how commands reach servers. Each backend is a file of its own and implements
+//! the [`Lock`](super::Lock) contract by sending a protocol's calls along its topology.
+//!
+//! - `server`: one connection to one server, the building block of every backend.
+//! - `single`: the mutex on one Redis server.
+
+pub mod server;
+pub mod single;

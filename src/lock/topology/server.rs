@@ -1,0 +1,220 @@
+//! One connection to one Redis server.
+//!
+//! - **Bounded, and never reused after a timeout.** Every call carries its own bound, the
+//!   connection set-up included. A call that times out, or whose connection broke, drops the
+//!   connection, and the next call opens a new one: a connection that went silent without a
+//!   FIN or RST (a dead peer, a stateful firewall that forgot it) would otherwise swallow
+//!   every later request, and no library-level reconnect would notice.
+//! - **Scripts by hash, then by source.** A script goes as EVALSHA; on NOSCRIPT (a restart,
+//!   SCRIPT FLUSH, a failover) it goes once more as EVAL: one extra round trip instead of
+//!   NOSCRIPT, SCRIPT LOAD, EVALSHA inside a lease that may be short.
+//! - **A write and its WAIT travel together.** WAIT counts acknowledgements of *this
+//!   connection's* writes; sent apart, it may land on a new connection with no writes and
+//!   answer "all replicas" at once. So it is pipelined behind the script it confirms.
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Pipeline, Value};
+use tokio::time::Instant;
+
+use crate::lock::protocol::ScriptCall;
+use crate::lock::{RedisFailure, ReleaseNotices, ReplicaAck};
+
+/// Time beyond the WAIT timeout for its reply: the server checks WAIT timeouts on a 100 ms
+/// timer, plus the round trip.
+const WAIT_SLACK: Duration = Duration::from_millis(300);
+
+/// One Redis server, reached over one connection at a time.
+pub struct Server {
+    client: redis::Client,
+    /// The URL with any password replaced by `***`, for messages.
+    shown: String,
+    /// The connection in use, if one is open and trusted.
+    conn: RefCell<Option<MultiplexedConnection>>,
+}
+
+/// A script's reply and, when a WAIT went with it, how many replicas acknowledged.
+pub struct ScriptReply {
+    pub value: Value,
+    pub acked: Option<u32>,
+}
+
+impl Server {
+    /// A server to connect to; nothing is sent yet.
+    pub fn new(info: &redis::ConnectionInfo, shown: &str) -> Result<Server, RedisFailure> {
+        #[cfg(feature = "tls")]
+        if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            // rustls needs a process-wide crypto provider; a second install is a no-op error.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        // No CLIENT SETINFO on connect: one round trip less per run, and Redis < 7.2 rejects it.
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.clone().set_redis_settings(settings);
+        let client = redis::Client::open(info).map_err(|e| RedisFailure::from_redis(&e, shown))?;
+        Ok(Server {
+            client,
+            shown: shown.to_owned(),
+            conn: RefCell::new(None),
+        })
+    }
+
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Open the connection now, so that an unreachable server is reported before anything
+    /// else happens.
+    pub async fn connect(&self, within: Duration) -> Result<(), RedisFailure> {
+        let deadline = Instant::now() + within;
+        match tokio::time::timeout_at(deadline, self.conn(deadline)).await {
+            Ok(result) => result.map(drop),
+            Err(_) => Err(RedisFailure::timeout(&self.shown, "the connection attempt").not_sent()),
+        }
+    }
+
+    /// The open connection, or a new one.
+    async fn conn(&self, deadline: Instant) -> Result<MultiplexedConnection, RedisFailure> {
+        if let Some(conn) = self.conn.borrow().as_ref() {
+            return Ok(conn.clone());
+        }
+        // Replies are bounded per call here, not by the connection.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(deadline.saturating_duration_since(Instant::now())))
+            .set_response_timeout(None);
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| RedisFailure::from_redis(&e, &self.shown).not_sent())?;
+        *self.conn.borrow_mut() = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Drop the connection: the next call opens a new one.
+    fn forget(&self) {
+        self.conn.borrow_mut().take();
+    }
+
+    /// Send `pipe` and return one reply per command (error replies included, as
+    /// `Value::ServerError`), within `within` from now, connecting first if needed.
+    pub async fn query(
+        &self,
+        pipe: &Pipeline,
+        what: &str,
+        within: Duration,
+    ) -> Result<Vec<Value>, RedisFailure> {
+        self.query_until(pipe, what, Instant::now() + within).await
+    }
+
+    async fn query_until(
+        &self,
+        pipe: &Pipeline,
+        what: &str,
+        deadline: Instant,
+    ) -> Result<Vec<Value>, RedisFailure> {
+        let sent = Cell::new(false);
+        let call = async {
+            let mut conn = self.conn(deadline).await?;
+            sent.set(true);
+            pipe.query_async::<Vec<Value>>(&mut conn)
+                .await
+                .map_err(|e| RedisFailure::from_redis(&e, &self.shown))
+        };
+        let result = match tokio::time::timeout_at(deadline, call).await {
+            Ok(result) => result,
+            Err(_) if sent.get() => Err(RedisFailure::timeout(&self.shown, what)),
+            Err(_) => Err(RedisFailure::timeout(&self.shown, "the connection attempt").not_sent()),
+        };
+        if let Err(e) = &result {
+            // A timeout, a broken connection, a reply that could not be read: the
+            // connection can no longer be trusted to carry the next request.
+            if e.is_transient() || e.may_have_written() {
+                self.forget();
+            }
+        }
+        result
+    }
+
+    /// Run `call` (EVALSHA, then EVAL on NOSCRIPT) with, for `ack`, a WAIT behind it in the
+    /// same pipeline; everything within `within`.
+    pub async fn script(
+        &self,
+        call: &ScriptCall,
+        ack: Option<ReplicaAck>,
+        what: &str,
+        within: Duration,
+    ) -> Result<ScriptReply, RedisFailure> {
+        let deadline = Instant::now() + within;
+        let mut replies = self
+            .query_until(&with_wait(call.evalsha(), ack), what, deadline)
+            .await?;
+        if is_noscript(replies.first()) {
+            replies = self
+                .query_until(&with_wait(call.eval(), ack), what, deadline)
+                .await?;
+        }
+        let mut replies = replies.into_iter();
+        let value = replies.next().unwrap_or(Value::Nil);
+        if let Value::ServerError(err) = value {
+            return Err(RedisFailure::from_redis(&err.into(), &self.shown));
+        }
+        let acked = match (ack, replies.next()) {
+            (None, _) => None,
+            (Some(_), Some(Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
+            (Some(_), Some(Value::ServerError(err))) => {
+                return Err(RedisFailure::from_redis(&err.into(), &self.shown))
+            }
+            (Some(_), other) => {
+                return Err(RedisFailure::unexpected(
+                    &self.shown,
+                    format!("unexpected reply to WAIT: {other:?}"),
+                ))
+            }
+        };
+        Ok(ScriptReply { value, acked })
+    }
+
+    /// How long a script call with `ack` may take beyond a plain reply.
+    pub fn wait_time(ack: Option<ReplicaAck>) -> Duration {
+        ack.map_or(Duration::ZERO, |a| a.timeout + WAIT_SLACK)
+    }
+
+    /// Subscribe to `channel` on a connection of its own, within `within`.
+    pub async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices> {
+        let subscribe = async {
+            let mut pubsub = self.client.get_async_pubsub().await.ok()?;
+            pubsub.subscribe(channel).await.ok()?;
+            let (sink, stream) = pubsub.split();
+            Some(ReleaseNotices::new(sink, stream.map(drop)))
+        };
+        tokio::time::timeout(within, subscribe).await.ok().flatten()
+    }
+}
+
+fn with_wait(cmd: redis::Cmd, ack: Option<ReplicaAck>) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd);
+    if let Some(ack) = ack {
+        let ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX);
+        // WAIT 0 would mean "wait for ever": never send it.
+        pipe.cmd("WAIT").arg(ack.replicas).arg(ms.max(1));
+    }
+    // Error replies come back as values, so NOSCRIPT can be told from other errors.
+    pipe.ignore_errors();
+    pipe
+}
+
+fn is_noscript(reply: Option<&Value>) -> bool {
+    matches!(reply, Some(Value::ServerError(e)) if e.code() == "NOSCRIPT")
+}
+
+/// The first error reply among `replies`, as a failure.
+pub fn first_error(replies: &[Value], shown: &str) -> Option<RedisFailure> {
+    replies.iter().find_map(|v| match v {
+        Value::ServerError(err) => Some(RedisFailure::from_redis(&err.clone().into(), shown)),
+        _ => None,
+    })
+}

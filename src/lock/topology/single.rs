@@ -1,0 +1,168 @@
+//! The mutex on one Redis server: the first implementation of the [`Lock`] contract.
+//!
+//! How it keeps the contract:
+//! - only its own token: the mutex scripts compare before they write;
+//! - no write left behind: an acquire that failed after its script may have run (a timeout,
+//!   a broken connection, an unreadable reply, too few replica acknowledgements) is taken
+//!   back with the compare-and-delete release, on a new connection if the old one timed out;
+//! - lease start: the clock is read before the script is sent;
+//! - replicas: the script and its WAIT go in one pipeline (`Server::script`);
+//! - bounded: acquire, release and status within the connect timeout (plus the replica
+//!   timeout with `--min-replicas`), renewals within the bound the supervisor gives.
+
+use std::time::Duration;
+
+use super::server::{first_error, Server};
+use crate::config::Target;
+use crate::lease::Stamp;
+use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
+use crate::lock::{
+    Attempt, Grant, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck,
+    Status, Token,
+};
+
+pub struct Single {
+    server: Server,
+    mutex: Mutex,
+    ack: Option<ReplicaAck>,
+    /// Bound on connecting and on each reply (`--connect-timeout`).
+    timeout: Duration,
+}
+
+impl Single {
+    /// Connect to the one server of `target`.
+    pub async fn open(target: &Target, ack: Option<ReplicaAck>) -> Result<Single, RedisFailure> {
+        let mutex = Mutex::new(&target.key).map_err(|e| {
+            // config.rs refuses such names before Redis is contacted; this is a backstop.
+            RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
+        })?;
+        let server = Server::new(&target.redis, &target.redis_shown)?;
+        server.connect(target.timeout).await?;
+        Ok(Single {
+            server,
+            mutex,
+            ack,
+            timeout: target.timeout,
+        })
+    }
+
+    /// Take back a write that may have landed; the compare in the script leaves any other
+    /// value alone. Best effort: if it fails too, the key expires within its TTL.
+    async fn undo(&self, token: &Token) {
+        let call = self.mutex.release(&token.as_str(), Duration::ZERO);
+        let _ = self
+            .server
+            .script(&call, None, "release", self.timeout)
+            .await;
+    }
+
+    fn check_acks(&self, acked: Option<u32>) -> Result<(), RedisFailure> {
+        match (self.ack, acked) {
+            (Some(ack), Some(n)) if n < ack.replicas => Err(RedisFailure::replicas(
+                self.server.shown(),
+                self.name(),
+                n,
+                ack.replicas,
+                &humantime::format_duration(ack.timeout).to_string(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn unexpected(&self, what: &str, reply: &redis::Value) -> RedisFailure {
+        RedisFailure::unexpected(
+            self.server.shown(),
+            format!("unexpected reply to {what}: {reply:?}"),
+        )
+    }
+}
+
+impl Lock for Single {
+    fn name(&self) -> &str {
+        &self.mutex.keys().lock
+    }
+
+    async fn try_acquire(
+        &self,
+        token: &Token,
+        ttl: Duration,
+        holder: &HolderInfo,
+    ) -> Result<Attempt, RedisFailure> {
+        let counted_from = Stamp::now();
+        let call = self.mutex.acquire(&token.as_str(), ttl, holder);
+        let within = self.timeout + Server::wait_time(self.ack);
+        let result = async {
+            let reply = self
+                .server
+                .script(&call, self.ack, "acquire", within)
+                .await?;
+            match mutex::parse_acquire(&reply.value) {
+                Some(AcquireReply::Granted { fence }) => {
+                    self.check_acks(reply.acked)?;
+                    Ok(Attempt::Granted(Grant {
+                        fence,
+                        counted_from,
+                    }))
+                }
+                Some(AcquireReply::Busy(holder)) => Ok(Attempt::Busy(holder)),
+                None => Err(self.unexpected("acquire", &reply.value)),
+            }
+        }
+        .await;
+        if let Err(e) = &result {
+            if e.may_have_written() {
+                self.undo(token).await;
+            }
+        }
+        result
+    }
+
+    async fn renew(
+        &self,
+        token: &Token,
+        ttl: Duration,
+        within: Duration,
+    ) -> Result<Renewal, RedisFailure> {
+        let counted_from = Stamp::now();
+        let call = self.mutex.renew(&token.as_str(), ttl);
+        let reply = self
+            .server
+            .script(&call, self.ack, "the renewal", within)
+            .await?;
+        match mutex::parse_renew(&reply.value) {
+            Some(true) => {
+                self.check_acks(reply.acked)?;
+                Ok(Renewal::Renewed { counted_from })
+            }
+            Some(false) => Ok(Renewal::Lost),
+            None => Err(self.unexpected("the renewal", &reply.value)),
+        }
+    }
+
+    async fn release(&self, token: &Token, keep: Duration) -> Result<Released, RedisFailure> {
+        let call = self.mutex.release(&token.as_str(), keep);
+        let reply = self
+            .server
+            .script(&call, None, "release", self.timeout)
+            .await?;
+        mutex::parse_release(&reply.value).ok_or_else(|| self.unexpected("release", &reply.value))
+    }
+
+    async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
+        self.server
+            .subscribe(&self.mutex.keys().released, within)
+            .await
+    }
+
+    async fn status(&self) -> Result<Status, RedisFailure> {
+        let replies = self
+            .server
+            .query(&self.mutex.status(), "status", self.timeout)
+            .await?;
+        if let Some(e) = first_error(&replies, self.server.shown()) {
+            return Err(e);
+        }
+        let value = redis::Value::Array(replies);
+        mutex::parse_status(value.clone()).ok_or_else(|| self.unexpected("status", &value))
+    }
+}
