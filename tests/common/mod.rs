@@ -412,8 +412,14 @@ fn ping(port: u16) -> bool {
 // The wrapper under test
 // ---------------------------------------------------------------------------------------------
 
+/// The binary under test. `REDLOCK_TEST_BIN` points the suite at another build (to check
+/// that a regression test fails on the code before its fix).
 pub fn wrapper_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_redlock-run")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("REDLOCK_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_redlock-run").to_owned())
+    })
 }
 
 /// Builder for one `redlock-run` invocation.

@@ -6,6 +6,8 @@ use std::fs;
 use std::thread;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
+
 use crate::common::*;
 
 #[test]
@@ -220,4 +222,70 @@ fn release_is_announced_and_wakes_a_waiter() {
         delay < ms(100),
         "waiter started {delay:?} after the release was announced"
     );
+}
+
+/// Lock names that look like another lock's companion keys stay locks of their own: running
+/// `{x}:a` must not delete the lock `{x}:a:holder` (the holder hash of `{x}:a` once had that
+/// name), and after `{y}:a` ran, `{y}:a:fence` must not be "busy" (its fence counter once
+/// had that name).
+#[test]
+fn locks_named_like_companion_keys_do_not_collide() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let held = dir.path().join("held");
+    let mut first = Wrapper::new()
+        .args([
+            "--redis",
+            &redis.url(),
+            "--prefix",
+            "",
+            "--key",
+            "{x}:a:holder",
+        ])
+        .sh(&format!("touch {}; sleep 30", held.display()))
+        .spawn();
+    first.wait_for_file(&held, secs(10));
+
+    Wrapper::new()
+        .args(["--redis", &redis.url(), "--prefix", "", "--key", "{x}:a"])
+        .arg("--")
+        .arg("true")
+        .run()
+        .expect_code(0);
+    assert!(
+        redis.exists("{x}:a:holder"),
+        "the run of {{x}}:a deleted the lock {{x}}:a:holder"
+    );
+    let second = Wrapper::new()
+        .args([
+            "--redis",
+            &redis.url(),
+            "--prefix",
+            "",
+            "--key",
+            "{x}:a:holder",
+        ])
+        .args(["--", "true"])
+        .run();
+    second.expect_code(75);
+    first.signal(Signal::SIGTERM);
+    first.wait(secs(30));
+
+    Wrapper::new()
+        .args(["--redis", &redis.url(), "--prefix", "", "--key", "{y}:a"])
+        .args(["--", "true"])
+        .run()
+        .expect_code(0);
+    Wrapper::new()
+        .args([
+            "--redis",
+            &redis.url(),
+            "--prefix",
+            "",
+            "--key",
+            "{y}:a:fence",
+        ])
+        .args(["--", "true"])
+        .run()
+        .expect_code(0);
 }

@@ -91,6 +91,24 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
             ],
         ),
         ("empty key", vec!["--redis", &url, "--key", ""]),
+        // Names that are another lock's companion key, or whose companions could not share
+        // their cluster slot (keys.rs).
+        (
+            "key that is the fence of lock 'a'",
+            vec!["--redis", &url, "--prefix", "", "--key", "{a}:fence"],
+        ),
+        (
+            "key that is the holder hash of a tagged lock",
+            vec!["--redis", &url, "--key", "{x}:j::holder"],
+        ),
+        (
+            "key with a stray brace",
+            vec!["--redis", &url, "--key", "a}b"],
+        ),
+        (
+            "bad key with a newline (the message stays one line)",
+            vec!["--redis", &url, "--key", "a}\nb"],
+        ),
         ("missing key", vec!["--redis", &url]),
         (
             "conflict code 256",
