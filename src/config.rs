@@ -14,6 +14,15 @@ use crate::lock::{self, ReplicaAck};
 /// inside what Redis' PX and the clocks can represent.
 const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
+/// The longest lock name accepted, prefix included. The name reaches the command as
+/// `REDLOCK_KEY`, and Linux refuses to start a program with an environment string over
+/// 128 KiB; lock names are short in practice, so a clear limit well below that.
+pub const LONGEST_KEY: usize = 4096;
+
+/// The shortest --heartbeat: Redis counts TTLs in whole milliseconds, so renewing more often
+/// only loads the server (a 1ns heartbeat sent over ten thousand renewals a second).
+const SHORTEST_HEARTBEAT: Duration = Duration::from_millis(1);
+
 /// A problem with the command line, reported as one line and exit code 2.
 #[derive(Debug, Error)]
 #[error("{0}")]
@@ -68,6 +77,12 @@ impl Target {
             return Err(usage("--key is empty: give the lock a name"));
         }
         let key = format!("{}{}", conn.prefix, name);
+        if key.len() > LONGEST_KEY {
+            return Err(usage(format!(
+                "--key is {} bytes long with its prefix; at most {LONGEST_KEY} are accepted",
+                key.len()
+            )));
+        }
         lock::check_name(&key).map_err(|e| usage(format!("--key: the lock name {key:?} {e}")))?;
         if conn.connect_timeout.is_zero() {
             return Err(usage("--connect-timeout must be more than 0"));
@@ -124,7 +139,13 @@ impl RunConfig {
             return Err(usage("--ttl must be a whole number of milliseconds"));
         }
         let heartbeat = run.heartbeat.unwrap_or(ttl / 3);
-        if heartbeat.is_zero() || heartbeat >= ttl {
+        if heartbeat < SHORTEST_HEARTBEAT {
+            return Err(usage(format!(
+                "--heartbeat {} is too short: use at least 1ms",
+                show(heartbeat)
+            )));
+        }
+        if heartbeat >= ttl {
             return Err(usage(format!(
                 "--heartbeat {} must be more than 0 and shorter than --ttl {}",
                 show(heartbeat),
@@ -180,8 +201,12 @@ impl RunConfig {
                 show(run.replica_timeout)
             )));
         }
+        let target = Target::from_args(conn)?;
+        if let Some(name) = &conn.key {
+            check_nesting(name, &target.key)?;
+        }
         Ok(RunConfig {
-            target: Target::from_args(conn)?,
+            target,
             ttl,
             heartbeat,
             grace,
@@ -196,6 +221,34 @@ impl RunConfig {
             command,
         })
     }
+}
+
+/// A run started by the command of another run (a nested run). That outer run gave its
+/// command `REDLOCK_KEY` (the full key it holds, prefix included) and `REDLOCK_TOKEN`; the
+/// first would be read back here as `--key` and lock `redlock:redlock:k`, and a nested run of
+/// the very lock the outer run holds would wait for itself (for ever, with `--wait forever`).
+/// Both are refused with a message saying so.
+fn check_nesting(name: &str, key: &str) -> Result<(), UsageError> {
+    if std::env::var_os("REDLOCK_TOKEN").is_none() {
+        return Ok(());
+    }
+    let Some(held) = std::env::var_os("REDLOCK_KEY") else {
+        return Ok(());
+    };
+    let held = held.to_string_lossy();
+    if key == held {
+        return Err(usage(format!(
+            "this command already runs under the lock {key:?}, held by the redlock-run that \
+             started it; a nested run of the same lock would wait for itself"
+        )));
+    }
+    if name == held {
+        return Err(usage(format!(
+            "--key {name:?} is the REDLOCK_KEY set by the redlock-run that started this command \
+             (the lock it holds, prefix included), not a lock name; give --key for a nested lock"
+        )));
+    }
+    Ok(())
 }
 
 fn command_from_args(run: &RunArgs) -> Result<Command, UsageError> {

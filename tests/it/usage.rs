@@ -11,6 +11,8 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
     let url = redis.url();
     let http = format!("http://127.0.0.1:{}", redis.port());
     let cmd: &[&str] = &["-c", "touch marker"];
+    // Accepted before (a little longer and the command failed with E2BIG on REDLOCK_KEY).
+    let long_key = "k".repeat(120 * 1024);
     let cases: Vec<(&str, Vec<&str>)> = vec![
         (
             "bad duration",
@@ -91,6 +93,14 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
             ],
         ),
         ("empty key", vec!["--redis", &url, "--key", ""]),
+        (
+            "heartbeat of 1ns (thousands of renewals a second)",
+            vec!["--redis", &url, "--key", "k", "--heartbeat", "1ns"],
+        ),
+        (
+            "key too long for the command's environment",
+            vec!["--redis", &url, "--key", &long_key],
+        ),
         // Names that are another lock's companion key, or whose companions could not share
         // their cluster slot (keys.rs).
         (
@@ -206,5 +216,38 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
         failures.len(),
         all.len(),
         failures.join("\n\n")
+    );
+}
+
+/// A run inside a locked command inherits `REDLOCK_KEY` (the outer lock's full key) and
+/// `REDLOCK_TOKEN`. Without `--key` it must not lock `redlock:redlock:k`, and a nested run of
+/// the lock the outer run holds must not wait for itself: both are refused with exit 2.
+#[test]
+fn nested_runs_are_refused_clearly_unless_they_name_another_lock() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let script = format!(
+        "B={bin}; U={url}; \
+         $B -r $U -- true; echo \"implicit $?\" >> log; \
+         $B -r $U --key k -- true; echo \"same $?\" >> log; \
+         $B -r $U --key other -- true; echo \"other $?\" >> log",
+        bin = wrapper_bin(),
+        url = redis.url()
+    );
+    let out = Wrapper::on(&redis, "k")
+        .sh(&script)
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(0);
+    let log = fs::read_to_string(dir.path().join("log")).expect("log written");
+    assert_eq!(log, "implicit 2\nsame 2\nother 0\n", "{out}");
+    assert!(
+        out.stderr.contains("REDLOCK_KEY set by the redlock-run")
+            && out.stderr.contains("would wait for itself"),
+        "{out}"
+    );
+    assert!(
+        !redis.exists("redlock:redlock:k"),
+        "a doubly prefixed lock was taken"
     );
 }
