@@ -9,6 +9,7 @@ use thiserror::Error;
 use crate::cli::{ConnArgs, RunArgs, Wait};
 use crate::lease;
 use crate::lock::{self, ReplicaAck};
+use crate::redis_url;
 
 /// The longest --ttl, --hold-at-least and --max-runtime accepted: far beyond any job, well
 /// inside what Redis' PX and the clocks can represent.
@@ -87,8 +88,8 @@ impl Target {
         if conn.connect_timeout.is_zero() {
             return Err(usage("--connect-timeout must be more than 0"));
         }
-        let redis_shown = redact_url(&conn.redis);
-        let mut redis = parse_url(&conn.redis, &redis_shown)?;
+        let redis_shown = redis_url::redact(&conn.redis);
+        let mut redis = redis_url::parse(&conn.redis).map_err(UsageError)?;
         if let Some(path) = &conn.password_file {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 usage(format!(
@@ -322,73 +323,9 @@ fn show(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
-fn parse_url(url: &str, shown: &str) -> Result<redis::ConnectionInfo, UsageError> {
-    let scheme = url.split_once("://").map(|(s, _)| s);
-    match scheme {
-        Some("rediss") if !cfg!(feature = "tls") => {
-            return Err(usage(format!(
-                "--redis {shown}: this build has no TLS support (build with --features tls)"
-            )))
-        }
-        Some("redis" | "rediss" | "unix" | "redis+unix") => {}
-        Some(other) => {
-            return Err(usage(format!(
-                "--redis {shown}: unknown scheme '{other}' (use redis://, rediss:// or unix://)"
-            )))
-        }
-        None => {
-            return Err(usage(format!(
-                "--redis {shown}: not a URL (example: redis://127.0.0.1:6379)"
-            )))
-        }
-    }
-    redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
-        usage(format!(
-            "--redis {shown}: cannot parse URL: {}",
-            redact_error(&e)
-        ))
-    })
-}
-
-/// The error's text without the URL it may quote.
-fn redact_error(e: &redis::RedisError) -> String {
-    e.detail()
-        .map(|d| format!("{}: {d}", e.category()))
-        .unwrap_or_else(|| e.category().to_owned())
-}
-
-/// Replace the password in `scheme://user:password@host` by `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            if userinfo.contains(':') {
-                format!("{scheme}://{user}:***@{host}{tail}")
-            } else {
-                format!("{scheme}://{user}@{host}{tail}")
-            }
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(redact_url("redis://u:p@h"), "redis://u:***@h");
-        assert_eq!(redact_url("redis://u@h"), "redis://u@h");
-        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
-        assert_eq!(redact_url("rediss://u:p@ss@h/"), "rediss://u:***@h/");
-    }
 
     #[test]
     fn execs_simple_shell_commands_only() {

@@ -4,7 +4,9 @@
 //! - `cli`: the clap definition, nothing else (also feeds completions and the man page).
 //! - `config`: checks the flags and turns them into settings, before anything runs.
 //! - `lease`: the lease clock (CLOCK_BOOTTIME deadlines, drift).
-//! - `lock`: the lock protocol on Redis (Lua scripts, key layout, error kinds).
+//! - `lock`: the lock contract, and behind it the protocols (mutex) and topologies (one
+//!   server) that implement it.
+//! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
 //! - `signals`: which signals are caught and forwarded.
 //! - `run`: the supervisor; every lock state change happens there.
@@ -20,6 +22,7 @@ pub mod config;
 pub mod exit;
 pub mod lease;
 pub mod lock;
+pub mod redis_url;
 pub mod report;
 pub mod run;
 pub mod signals;

@@ -16,6 +16,7 @@
 //! - `usage`: bad command lines exit 2 without running anything or touching Redis.
 //! - `redis_errors`: unreachable or frozen Redis, authentication, wrong key type, read-only
 //!   replica, ACL without EVAL (exit 69); a flushed script cache.
+//! - `secrets`: no message shows any part of a password, whatever the URL holds.
 //! - `status`: the `status` subcommand, text and JSON.
 //! - `options`: `--prefix`, passwords, `REDLOCK_*` configuration, `-q`, `--log-format json`.
 //! - `fencing`: `REDLOCK_FENCE` ordering, a stale writer rejected, a corrupt counter refused.
@@ -36,6 +37,7 @@ mod lease;
 mod options;
 mod redis_errors;
 mod replicas;
+mod secrets;
 mod signals;
 mod status;
 mod terminal;

@@ -1,0 +1,157 @@
+//! `--redis` URLs: which schemes are accepted, how they are parsed, and how they are shown.
+//!
+//! Shown means redacted: a URL reaches messages only through [`redact`], which hides every
+//! byte of a password, whatever characters it holds. A password may contain `/`, `?`, `#`,
+//! `:` and `@` (typed unencoded, as users do), so the user part is taken to run up to the
+//! *last* `@`: a host never contains one. Query parameters that carry a password are hidden
+//! too.
+
+/// Parse `url` into connection settings. The error is one line that shows the URL only as
+/// [`redact`] does.
+pub fn parse(url: &str) -> Result<redis::ConnectionInfo, String> {
+    let shown = redact(url);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        let hint = if url.contains(':') || url.contains('.') || url == "localhost" {
+            format!(
+                " (did you mean redis://{}?)",
+                redact(&format!("redis://{url}"))["redis://".len()..].to_owned()
+            )
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "--redis {shown}: not a URL{hint}; example: redis://127.0.0.1:6379"
+        ));
+    };
+    // Schemes are case-insensitive (RFC 3986); the redis crate wants them in lower case.
+    let scheme = scheme.to_ascii_lowercase();
+    match scheme.as_str() {
+        "rediss" | "valkeys" if !cfg!(feature = "tls") => {
+            return Err(format!(
+                "--redis {shown}: this build has no TLS support (build with --features tls)"
+            ))
+        }
+        "redis" | "rediss" | "valkey" | "valkeys" | "unix" | "redis+unix" | "valkey+unix" => {}
+        other => {
+            return Err(format!(
+                "--redis {shown}: unknown scheme '{other}' (use redis://, rediss:// (TLS), \
+                 valkey://, valkeys:// or unix://)"
+            ))
+        }
+    }
+    let normalized = format!("{scheme}://{rest}");
+    redis::IntoConnectionInfo::into_connection_info(normalized.as_str()).map_err(|e| {
+        let detail = e
+            .detail()
+            .map(|d| format!("{}: {d}", e.category()))
+            .unwrap_or_else(|| e.category().to_owned());
+        format!("--redis {shown}: cannot parse URL: {}", scrub(&detail, url))
+    })
+}
+
+/// `url` with every password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let (user, rest) = match rest.rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = match userinfo.split_once(':') {
+                Some((name, _)) => format!("{name}:***@"),
+                None => format!("{userinfo}@"),
+            };
+            (user, &rest[at + 1..])
+        }
+        None => (String::new(), rest),
+    };
+    format!("{scheme}{user}{}", redact_query(rest))
+}
+
+/// Hide the values of query parameters whose name speaks of a password.
+fn redact_query(rest: &str) -> String {
+    let Some((before, query)) = rest.split_once('?') else {
+        return rest.to_owned();
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((name, _)) if name.to_ascii_lowercase().contains("pass") => {
+                format!("{name}=***")
+            }
+            _ => param.to_owned(),
+        })
+        .collect();
+    format!("{before}?{}", params.join("&"))
+}
+
+/// `text` with anything that could be a piece of `url`'s password removed: a last line of
+/// defence for error texts that come from elsewhere.
+fn scrub(text: &str, url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let Some(at) = rest.rfind('@') else {
+        return text.to_owned();
+    };
+    match rest[..at].split_once(':') {
+        Some((_, password)) if !password.is_empty() && text.contains(password) => {
+            text.replace(password, "***")
+        }
+        _ => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords_whatever_they_hold() {
+        assert_eq!(redact("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact("redis://u:p@h"), "redis://u:***@h");
+        assert_eq!(redact("redis://u@h"), "redis://u@h");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("rediss://u:p@ss@h/"), "rediss://u:***@h/");
+        assert_eq!(redact("redis://:se/cret@h"), "redis://:***@h");
+        assert_eq!(redact("redis://:se#cret@h"), "redis://:***@h");
+        assert_eq!(redact("redis://u:se?cret@h"), "redis://u:***@h");
+        assert_eq!(redact("redis://:p@ss/w#rd?x@h"), "redis://:***@h");
+        assert_eq!(
+            redact("user:s3cret@localhost:6379"),
+            "user:***@localhost:6379"
+        );
+        assert_eq!(
+            redact("redis+sentinel://s1/m?sentinel_password=x&db=1"),
+            "redis+sentinel://s1/m?sentinel_password=***&db=1"
+        );
+    }
+
+    #[test]
+    fn accepts_valkey_and_any_case() {
+        for url in [
+            "valkey://127.0.0.1:6379",
+            "REDIS://127.0.0.1:6379",
+            "Redis://h",
+        ] {
+            assert!(parse(url).is_ok(), "{url}: {:?}", parse(url).err());
+        }
+        let err = parse("user:s3cret@localhost:6379").unwrap_err();
+        assert!(
+            err.contains("did you mean redis://user:***@localhost:6379"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "{err}");
+        assert!(parse("http://h")
+            .unwrap_err()
+            .contains("unknown scheme 'http'"));
+    }
+
+    #[test]
+    fn scrubs_passwords_from_foreign_text() {
+        assert_eq!(
+            scrub("bad p@ss/w here", "redis://:p@ss/w@h"),
+            "bad *** here"
+        );
+        assert_eq!(scrub("nothing", "redis://h"), "nothing");
+    }
+}
