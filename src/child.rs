@@ -187,7 +187,7 @@ async fn wait_group_gone(group: Pid, within: Duration) -> bool {
     let until = Stamp::now().checked_add(within);
     while group_alive(group) {
         let now = Stamp::now();
-        if !until.is_some_and(|at| now < at) {
+        if until.is_none_or(|at| now >= at) {
             return false;
         }
         let left = until.map_or(Duration::ZERO, |at| now.until(at));

@@ -136,7 +136,7 @@ impl RunConfig {
             )));
         }
         // Redis takes PX in whole milliseconds; refuse what it would round.
-        if ttl.subsec_nanos() % 1_000_000 != 0 {
+        if !ttl.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(usage("--ttl must be a whole number of milliseconds"));
         }
         let heartbeat = run.heartbeat.unwrap_or(ttl / 3);
@@ -176,7 +176,7 @@ impl RunConfig {
         let room = ttl
             .checked_sub(lease::drift(ttl))
             .and_then(|d| d.checked_sub(grace));
-        if !room.is_some_and(|room| heartbeat + answer_time <= room) {
+        if room.is_none_or(|room| heartbeat + answer_time > room) {
             return Err(usage(format!(
                 "--heartbeat {} and --grace {} leave too little time to renew within --ttl {}: \
                  heartbeat + grace + ttl/10{} must stay under the ttl",
