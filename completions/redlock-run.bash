@@ -179,7 +179,7 @@ _redlock__run() {
             return 0
             ;;
         redlock__subcmd__run__subcmd__status)
-            opts="-k -r -q -v -h --key --redis --password-file --prefix --connect-timeout --json --quiet --verbose --log-format --help"
+            opts="-k -r -h --key --redis --password-file --prefix --connect-timeout --json --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

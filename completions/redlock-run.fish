@@ -31,7 +31,7 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -l prefix -d 'Pref
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l connect-timeout -d 'Bound on connecting to Redis and on each command\'s reply' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s t -l ttl -d 'Lease length; a holder that dies frees the lock within this time' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l heartbeat -d 'Renewal interval [default: ttl/3]; must be shorter than --ttl' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'How long to wait for a busy lock: 0 tries once, \'forever\' waits without limit' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'How long to wait for a busy lock: 0 tries once, \'forever\' (or \'inf\') waits without limit' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s E -l conflict-exit-code -d 'Exit code when the lock stays busy' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l grace -d 'Time between SIGTERM and SIGKILL when the command must be stopped [default: 10s, at most ttl/3]; must be shorter than --ttl' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l max-runtime -d 'Stop the command after DUR (SIGTERM, SIGKILL after --grace) and exit 124' -r
@@ -55,8 +55,6 @@ complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l conne
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l log-format -d 'Format of the messages on stderr' -r -f -a "text\t'One `redlock-run: ...` line a message'
 json\t'One JSON object a line'"
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l json -d 'Print one JSON object instead of text'
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s q -l quiet -d 'Print nothing for a busy lock'
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s v -l verbose -d 'Report acquire time, renewals and the release outcome'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand help; and not __fish_seen_subcommand_from status help" -f -a "status" -d 'Tell who holds a lock: host, pid, command, age, TTL left, fence'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand help; and not __fish_seen_subcommand_from status help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -124,7 +124,8 @@ pub struct StatusArgs {
     pub conn: ConnArgs,
 
     /// Print one JSON object instead of text.
-    #[arg(long, env = "REDLOCK_STATUS_JSON")]
+    #[arg(long, env = "REDLOCK_STATUS_JSON", action = ArgAction::SetTrue,
+          value_parser = parse_switch)]
     pub json: bool,
 }
 
@@ -177,7 +178,8 @@ pub struct RunArgs {
     #[arg(long, env = "REDLOCK_HEARTBEAT", value_name = "DUR", value_parser = parse_duration)]
     pub heartbeat: Option<Duration>,
 
-    /// How long to wait for a busy lock: 0 tries once, 'forever' waits without limit.
+    /// How long to wait for a busy lock: 0 tries once, 'forever' (or 'inf') waits without
+    /// limit.
     #[arg(short, long, env = "REDLOCK_WAIT", value_name = "DUR|forever", default_value = "0",
           value_parser = parse_wait)]
     pub wait: Wait,
@@ -232,22 +234,25 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+/// Messages on stderr. `--log-format` applies to `status` too; `-q` and `-v` only to a run.
 #[derive(Debug, Args)]
 pub struct OutputArgs {
     /// Print nothing for a busy lock.
-    #[arg(
-        short,
-        long,
-        global = true,
-        env = "REDLOCK_QUIET",
-        conflicts_with = "verbose"
-    )]
+    #[arg(short, long, env = "REDLOCK_QUIET", action = ArgAction::SetTrue,
+          value_parser = parse_switch)]
     pub quiet: bool,
 
     /// Report acquire time, renewals and the release outcome.
-    #[arg(short, long, global = true, env = "REDLOCK_VERBOSE")]
+    #[arg(short, long, env = "REDLOCK_VERBOSE", action = ArgAction::SetTrue,
+          value_parser = parse_switch)]
     pub verbose: bool,
 
+    #[command(flatten)]
+    pub format: FormatArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct FormatArgs {
     /// Format of the messages on stderr.
     #[arg(
         long,
@@ -276,6 +281,15 @@ pub enum Wait {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (examples: 500ms, 30s, 2m)"))
+}
+
+/// A switch from the environment: the usual spellings, and empty means off (as if unset).
+fn parse_switch(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "false" | "no" | "off" | "n" | "f" => Ok(false),
+        "1" | "true" | "yes" | "on" | "y" | "t" => Ok(true),
+        _ => Err("use 1/0, true/false, yes/no or on/off".to_owned()),
+    }
 }
 
 fn parse_wait(s: &str) -> Result<Wait, String> {
@@ -317,6 +331,17 @@ mod tests {
             }
         }
         check(&Cli::command());
+    }
+
+    #[test]
+    fn switches_take_the_usual_spellings() {
+        for on in ["1", "true", "YES", "on", " y "] {
+            assert_eq!(parse_switch(on), Ok(true), "{on}");
+        }
+        for off in ["", "0", "false", "No", "off"] {
+            assert_eq!(parse_switch(off), Ok(false), "{off}");
+        }
+        assert!(parse_switch("maybe").is_err());
     }
 
     #[test]

@@ -40,7 +40,17 @@ pub fn main_exit_code() -> u8 {
         Ok(cli) => cli,
         Err(err) => return clap_error(&err),
     };
-    let report = Reporter::new(cli.output.log_format, cli.output.quiet, cli.output.verbose);
+    let output = &cli.output;
+    if output.quiet && output.verbose {
+        let report = Reporter::new(output.format.log_format, false, false);
+        report.error(
+            "usage",
+            "error: --quiet and --verbose (or REDLOCK_QUIET and REDLOCK_VERBOSE) are both on; \
+             choose one",
+        );
+        return exit::USAGE;
+    }
+    let report = Reporter::new(output.format.log_format, output.quiet, output.verbose);
     // A current-thread runtime on the main thread: the command is forked from this thread,
     // which lives as long as the process, so PR_SET_PDEATHSIG fires only when the wrapper dies.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -94,8 +104,32 @@ fn clap_error(err: &clap::Error) -> u8 {
         _ => {
             let text = err.render().to_string();
             let first = text.lines().next().unwrap_or("error: bad usage");
-            eprintln!("redlock-run: {first}");
+            eprintln!("redlock-run: {first}{}", from_environment(err));
             exit::USAGE
         }
     }
+}
+
+/// When the value clap refused came from a `REDLOCK_*` variable rather than the command line,
+/// say which variable, so the user does not look for a flag they never typed.
+fn from_environment(err: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(invalid)) = err.get(ContextKind::InvalidArg) else {
+        return String::new();
+    };
+    let long = invalid.split_whitespace().next().unwrap_or_default();
+    let typed = std::env::args().any(|a| a == long || a.starts_with(&format!("{long}=")));
+    let mut commands = vec![<Cli as clap::CommandFactory>::command()];
+    while let Some(cmd) = commands.pop() {
+        for arg in cmd.get_arguments() {
+            let named = arg.get_long().is_some_and(|l| format!("--{l}") == long);
+            if let (true, Some(env)) = (named, arg.get_env()) {
+                if !typed && std::env::var_os(env).is_some() {
+                    return format!(" (from the environment variable {})", env.to_string_lossy());
+                }
+            }
+        }
+        commands.extend(cmd.get_subcommands().cloned());
+    }
+    String::new()
 }

@@ -304,9 +304,15 @@ async fn hold<L: Lock>(
                 SpawnError::NotFound(e) => (Ending::NotFound, e),
                 SpawnError::NotExecutable(e) => (Ending::NotExecutable, e),
             };
+            // `redlock-run --key k status` runs a program called status.
+            let hint = if ending == Ending::NotFound && cfg.command.program == "status" {
+                "; to see who holds a lock, put the subcommand first: redlock-run status --key K"
+            } else {
+                ""
+            };
             report.error(
                 "spawn",
-                format_args!("cannot run {}: {err}", cfg.command.display),
+                format_args!("cannot run {}: {err}{hint}", cfg.command.display),
             );
             return Under::SpawnFailed(ending);
         }

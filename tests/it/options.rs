@@ -161,3 +161,68 @@ fn json_log_format_is_one_object_per_line() {
     assert!(out.stderr.contains("\"event\":\"acquired\""), "{out}");
     assert!(out.stderr.contains("\"event\":\"released\""), "{out}");
 }
+
+/// Switches from the environment take the usual spellings, empty means off, an off switch
+/// never conflicts with the other flag, and a bad value names its variable.
+#[test]
+fn switches_from_the_environment_take_the_usual_spellings() {
+    let redis = RedisServer::start();
+    let run = |var: &str, value: &str, extra: &[&str]| {
+        Wrapper::on(&redis, "k")
+            .env(var, value)
+            .args(extra)
+            .args(["--", "true"])
+            .run()
+    };
+    let mut failures = Vec::new();
+    for value in ["1", "true", "yes", "on", "YES"] {
+        let out = run("REDLOCK_VERBOSE", value, &[]);
+        if out.code() != Some(0) || !out.stderr.contains("acquired") {
+            failures.push(format!("REDLOCK_VERBOSE={value:?} is not on\n{out}"));
+        }
+    }
+    for value in ["0", "false", "no", "off", ""] {
+        let out = run("REDLOCK_VERBOSE", value, &[]);
+        if out.code() != Some(0) || !out.stderr.is_empty() {
+            failures.push(format!("REDLOCK_VERBOSE={value:?} is not off\n{out}"));
+        }
+    }
+    let out = run("REDLOCK_QUIET", "false", &["-v"]);
+    if out.code() != Some(0) || !out.stderr.contains("acquired") {
+        failures.push(format!("REDLOCK_QUIET=false conflicts with -v\n{out}"));
+    }
+    let out = run("REDLOCK_QUIET", "yes", &[]);
+    if out.code() != Some(0) {
+        failures.push(format!("REDLOCK_QUIET=yes refused\n{out}"));
+    }
+    let out = run("REDLOCK_VERBOSE", "maybe", &[]);
+    if out.code() != Some(2) || !out.stderr.contains("REDLOCK_VERBOSE") {
+        failures.push(format!(
+            "a bad REDLOCK_VERBOSE does not name the variable\n{out}"
+        ));
+    }
+    let out = Wrapper::new()
+        .env("REDLOCK_STATUS_JSON", "1")
+        .args(["status", "--redis", &redis.url(), "--key", "k"])
+        .run();
+    if out.code() != Some(0) || !out.stdout.starts_with("{\"held\":false") {
+        failures.push(format!("REDLOCK_STATUS_JSON=1 is not JSON\n{out}"));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// `redlock-run --key k status` runs a program called `status`: the message says where the
+/// subcommand goes. `status --help` does not offer -q and -v, which do nothing there.
+#[test]
+fn the_status_subcommand_is_found_where_users_put_it() {
+    let redis = RedisServer::start();
+    let out = Wrapper::on(&redis, "k").arg("status").run();
+    out.expect_code(127);
+    out.expect_stderr_contains("put the subcommand first: redlock-run status --key K");
+    let help = Wrapper::new().args(["status", "--help"]).run();
+    help.expect_code(0);
+    assert!(
+        !help.stdout.contains("--quiet") && !help.stdout.contains("--verbose"),
+        "{help}"
+    );
+}
