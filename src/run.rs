@@ -126,7 +126,10 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> Outcome {
             return Outcome::NotHeld(Ending::Software);
         }
     };
-    let lock = match lock::open(&cfg.target, cfg.replicas).await {
+    // --connect-timeout bounds the whole start: connecting and the first attempt, the
+    // take-back of a write whose reply never came included.
+    let start = Stamp::now();
+    let lock = match lock::open(&cfg.target, cfg.replicas, cfg.target.timeout).await {
         Ok(lock) => lock,
         Err(e) => {
             report.error("unavailable", &e);
@@ -140,7 +143,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> Outcome {
         command: cfg.command.display.clone(),
     };
 
-    let held = match acquire(cfg, &lock, &token, &holder, &mut signals, report).await {
+    let held = match acquire(cfg, &lock, &token, &holder, start, &mut signals, report).await {
         Ok(held) => held,
         Err(ending) => return Outcome::NotHeld(ending),
     };
@@ -188,10 +191,12 @@ async fn acquire<L: Lock>(
     lock: &L,
     token: &Token,
     holder: &HolderInfo,
+    start: Stamp,
     signals: &mut Signals,
     report: &Reporter,
 ) -> Result<Held, Ending> {
     let started = Stamp::now();
+    let mut first = true;
     let mut backoff = Backoff::new(token.seed());
     // Subscribed on the first busy reply when there is time to wait; wakes the next attempt
     // as soon as the holder releases, instead of at the next poll.
@@ -200,7 +205,16 @@ async fn acquire<L: Lock>(
     let result = loop {
         // Never cancelled by a signal: the backend must see its attempt through (and take
         // back a write whose reply was lost). A signal is looked at after the reply.
-        let attempt = lock.try_acquire(token, cfg.ttl, holder).await;
+        let within = if first {
+            first = false;
+            cfg.target
+                .timeout
+                .saturating_sub(start.until(Stamp::now()))
+                .max(Duration::from_millis(10))
+        } else {
+            cfg.target.timeout
+        };
+        let attempt = lock.try_acquire(token, cfg.ttl, holder, within).await;
         let now = Stamp::now();
         let left = match cfg.wait {
             Wait::Forever => Some(Duration::MAX),

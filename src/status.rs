@@ -9,7 +9,7 @@ use crate::lock::{self, Lock, Status};
 use crate::report::{json_string, Reporter};
 
 pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
-    let lock = match lock::open(target, None).await {
+    let lock = match lock::open(target, None, target.timeout).await {
         Ok(lock) => lock,
         Err(e) => {
             report.error("unavailable", &e);

@@ -59,12 +59,14 @@ pub trait Lock {
     /// The lock's full Redis key, for messages and `REDLOCK_KEY`.
     fn name(&self) -> &str;
 
-    /// One attempt to take the lock.
+    /// One attempt to take the lock, answered within `within` (plus the replica wait with
+    /// `--min-replicas`), the take-back of a write whose reply was lost included.
     async fn try_acquire(
         &self,
         token: &Token,
         ttl: Duration,
         holder: &HolderInfo,
+        within: Duration,
     ) -> Result<Attempt, RedisFailure>;
 
     /// Extend the lease to `ttl` if the token is still ours, answering within `within`.
@@ -191,11 +193,16 @@ pub enum Backend {
     Single(topology::single::Single),
 }
 
-/// Connect to the lock described by `target`: fails with an `Unreachable`/`Auth` failure when
-/// the servers cannot be reached within the connect timeout or refuse the credentials.
-pub async fn open(target: &Target, ack: Option<ReplicaAck>) -> Result<Backend, RedisFailure> {
+/// Connect to the lock described by `target` within `within`: fails with an
+/// `Unreachable`/`Auth` failure when the servers cannot be reached in time or refuse the
+/// credentials.
+pub async fn open(
+    target: &Target,
+    ack: Option<ReplicaAck>,
+    within: Duration,
+) -> Result<Backend, RedisFailure> {
     Ok(Backend::Single(
-        topology::single::Single::open(target, ack).await?,
+        topology::single::Single::open(target, ack, within).await?,
     ))
 }
 
@@ -211,9 +218,10 @@ impl Lock for Backend {
         token: &Token,
         ttl: Duration,
         holder: &HolderInfo,
+        within: Duration,
     ) -> Result<Attempt, RedisFailure> {
         match self {
-            Backend::Single(b) => b.try_acquire(token, ttl, holder).await,
+            Backend::Single(b) => b.try_acquire(token, ttl, holder, within).await,
         }
     }
 

@@ -43,6 +43,26 @@ fn redis_frozen_at_start_exits_69_after_connect_timeout() {
     assert_eq!(redis.dbsize(), 0, "nothing written\n{out}");
 }
 
+/// A server that accepts connections but never answers: --connect-timeout bounds the whole
+/// start, the take-back of the unanswered acquire included (it once took two timeouts).
+#[test]
+fn a_silent_server_ends_the_run_within_one_connect_timeout() {
+    let redis = RedisServer::start();
+    redis.pause();
+    let out = Wrapper::on(&redis, "k")
+        .args(["--connect-timeout", "3s", "--", "true"])
+        .spawn()
+        .wait(secs(30));
+    redis.resume();
+    out.expect_code(69);
+    out.expect_one_line();
+    // 3 s plus start-up and scheduling; two timeouts would be 6 s.
+    assert!(
+        out.elapsed < ms(4500),
+        "took more than one --connect-timeout\n{out}"
+    );
+}
+
 #[test]
 fn wrong_or_missing_password_exits_69_without_leaking_it() {
     let redis = RedisServer::start_with(&["--requirepass", "secret"]);

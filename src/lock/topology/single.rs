@@ -7,8 +7,9 @@
 //!   back with the compare-and-delete release, on a new connection if the old one timed out;
 //! - lease start: the clock is read before the script is sent;
 //! - replicas: the script and its WAIT go in one pipeline (`Server::script`);
-//! - bounded: acquire, release and status within the connect timeout (plus the replica
-//!   timeout with `--min-replicas`), renewals within the bound the supervisor gives.
+//! - bounded: acquire attempts within the bound the supervisor gives (a quarter of it kept
+//!   for the take-back), release and status within the connect timeout, renewals within the
+//!   lease; plus the replica timeout with `--min-replicas`.
 
 use std::time::Duration;
 
@@ -21,6 +22,10 @@ use crate::lock::{
     Status, Token,
 };
 
+/// The least time given to taking back a write, even when the attempt used up its bound: a
+/// few round trips on a healthy network, a pause not worth the risk of a stuck key.
+const UNDO_AT_LEAST: Duration = Duration::from_millis(50);
+
 pub struct Single {
     server: Server,
     mutex: Mutex,
@@ -31,13 +36,17 @@ pub struct Single {
 
 impl Single {
     /// Connect to the one server of `target`.
-    pub async fn open(target: &Target, ack: Option<ReplicaAck>) -> Result<Single, RedisFailure> {
+    pub async fn open(
+        target: &Target,
+        ack: Option<ReplicaAck>,
+        within: Duration,
+    ) -> Result<Single, RedisFailure> {
         let mutex = Mutex::new(&target.key).map_err(|e| {
             // config.rs refuses such names before Redis is contacted; this is a backstop.
             RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
         })?;
         let server = Server::new(&target.redis, &target.redis_shown)?;
-        server.connect(target.timeout).await?;
+        server.connect(within).await?;
         Ok(Single {
             server,
             mutex,
@@ -48,12 +57,9 @@ impl Single {
 
     /// Take back a write that may have landed; the compare in the script leaves any other
     /// value alone. Best effort: if it fails too, the key expires within its TTL.
-    async fn undo(&self, token: &Token) {
+    async fn undo(&self, token: &Token, within: Duration) {
         let call = self.mutex.release(&token.as_str(), Duration::ZERO);
-        let _ = self
-            .server
-            .script(&call, None, "release", self.timeout)
-            .await;
+        let _ = self.server.script(&call, None, "release", within).await;
     }
 
     fn check_acks(&self, acked: Option<u32>) -> Result<(), RedisFailure> {
@@ -87,14 +93,18 @@ impl Lock for Single {
         token: &Token,
         ttl: Duration,
         holder: &HolderInfo,
+        within: Duration,
     ) -> Result<Attempt, RedisFailure> {
         let counted_from = Stamp::now();
+        let deadline = counted_from.checked_add(within);
         let call = self.mutex.acquire(&token.as_str(), ttl, holder);
-        let within = self.timeout + Server::wait_time(self.ack);
+        // A quarter of the bound is kept for taking the write back if no reply comes, so
+        // that the whole attempt, clean-up included, ends within it.
+        let for_script = within - within / 4 + Server::wait_time(self.ack);
         let result = async {
             let reply = self
                 .server
-                .script(&call, self.ack, "acquire", within)
+                .script(&call, self.ack, "acquire", for_script)
                 .await?;
             match mutex::parse_acquire(&reply.value) {
                 Some(AcquireReply::Granted { fence }) => {
@@ -111,7 +121,8 @@ impl Lock for Single {
         .await;
         if let Err(e) = &result {
             if e.may_have_written() {
-                self.undo(token).await;
+                let left = deadline.map_or(Duration::ZERO, |d| Stamp::now().until(d));
+                self.undo(token, left.max(UNDO_AT_LEAST)).await;
             }
         }
         result
