@@ -311,6 +311,8 @@ async fn hold<L: Lock>(
         ("REDLOCK_TTL_MS", cfg.ttl.as_millis().to_string()),
         ("REDLOCK_FENCE", held.fence.to_string()),
     ];
+    // Said before the spawn: said after, it would come behind the command's first output.
+    report.info("spawning", format_args!("starting {}", cfg.command.display));
     let mut job = match Job::spawn(&cfg.command, &env) {
         Ok(job) => job,
         Err(err) => {
@@ -331,10 +333,7 @@ async fn hold<L: Lock>(
             return Under::SpawnFailed(ending);
         }
     };
-    report.info(
-        "spawned",
-        format_args!("started pid {}: {}", job.pid(), cfg.command.display),
-    );
+    let job_pid = job.pid();
     let keeper = LeaseKeeper::new(cfg, lock, token, held);
     let ended = supervise(cfg, keeper, &mut job, signals, report).await;
     // Leftovers in the group get --grace, but never past the lease: renewals have stopped.
@@ -344,7 +343,18 @@ async fn hold<L: Lock>(
     // An INT or TERM now (the user pressing Ctrl-C again) skips the wait for leftovers.
     job.finish(leftovers_until, signals.recv_quit()).await;
     let end = match ended.status {
-        Ok(status) => Some(ChildEnd::from(status)),
+        Ok(status) => {
+            let end = ChildEnd::from(status);
+            let how = match end {
+                ChildEnd::Exited(code) => format!("exited with {code}"),
+                ChildEnd::Signalled(sig) => format!("was killed by signal {sig}"),
+            };
+            report.info(
+                "exited",
+                format_args!("the command (pid {}) {how}", job_pid),
+            );
+            Some(end)
+        }
         Err(e) => {
             report.error("wait", format_args!("lost track of the command: {e}"));
             None

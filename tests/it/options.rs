@@ -226,3 +226,25 @@ fn the_status_subcommand_is_found_where_users_put_it() {
         "{help}"
     );
 }
+
+/// With -v the start of the command is announced before the command can write anything (it
+/// once came after the command's first line), and its end is reported with its pid and code.
+#[test]
+fn verbose_announces_the_command_before_its_output() {
+    let redis = RedisServer::start();
+    let out = Wrapper::on(&redis, "k")
+        .arg("-v")
+        .args(["--", "sh", "-c", "echo first-line >&2; exit 3"])
+        .run();
+    out.expect_code(3);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    let starting = lines
+        .iter()
+        .position(|l| l.starts_with("redlock-run: starting "));
+    let first = lines.iter().position(|l| *l == "first-line");
+    assert!(
+        matches!((starting, first), (Some(s), Some(f)) if s < f),
+        "the start must be announced before the command's output\n{out}"
+    );
+    out.expect_stderr_contains(") exited with 3");
+}
