@@ -1,10 +1,11 @@
 //! `redlock-run status`: who holds a lock. Read-only: never writes to Redis.
 
-use std::fmt::Write;
+use std::fmt::Write as _;
+use std::io::{self, Write as _};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::Target;
-use crate::exit::Ending;
+use crate::exit::{ChildEnd, Ending};
 use crate::lock::{Lock, Status};
 use crate::report::{json_string, Reporter};
 
@@ -23,14 +24,34 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
             } else {
                 to_text(&target.key, &status)
             };
-            println!("{out}");
-            Ending::Ran(crate::exit::ChildEnd::Exited(0))
+            match print_line(&out) {
+                Ok(()) => Ending::Ran(ChildEnd::Exited(0)),
+                // The reader went away (`status --key k | true`). Rust ignores SIGPIPE, so the
+                // write fails with EPIPE instead of killing us. End quietly with 141
+                // (128 + SIGPIPE), the code `cat` or `ls | head` get when SIGPIPE kills them:
+                // 0 would claim the output was delivered, and a message would be noise.
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ending::Ran(
+                    ChildEnd::Signalled(nix::sys::signal::Signal::SIGPIPE as i32),
+                ),
+                Err(e) => {
+                    report.error("internal", format_args!("cannot write to stdout: {e}"));
+                    Ending::Software
+                }
+            }
         }
         Err(e) => {
             report.error("unavailable", &e);
             Ending::Unavailable
         }
     }
+}
+
+/// `line` and a newline on stdout, flushed, with the error returned rather than a panic
+/// (`println!` panics, and the release profile aborts on panic).
+fn print_line(line: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()
 }
 
 fn to_text(key: &str, s: &Status) -> String {
