@@ -4,10 +4,12 @@ use std::fmt::Write as _;
 use std::io::{self, Write as _};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde::Serialize;
+
 use crate::config::Target;
 use crate::exit::{ChildEnd, Ending};
 use crate::lock::{Lock, Status};
-use crate::report::{json_string, Reporter};
+use crate::report::Reporter;
 
 pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
     let lock = match Lock::connect(target).await {
@@ -96,22 +98,34 @@ fn age(acquired_ms: u64) -> String {
     format!("{}{ago}", humantime::format_rfc3339_seconds(at))
 }
 
+/// The `status --json` object. Field order is the output order; absent values are `null`.
+#[derive(Serialize)]
+struct StatusJson<'a> {
+    held: bool,
+    foreign: bool,
+    key: &'a str,
+    host: Option<&'a str>,
+    pid: Option<u32>,
+    command: Option<&'a str>,
+    acquired_ms: Option<u64>,
+    ttl_ms: Option<u64>,
+    fence: Option<u64>,
+}
+
 fn to_json(key: &str, s: &Status) -> String {
-    let opt_str = |v: &Option<String>| v.as_deref().map_or("null".to_owned(), json_string);
-    let opt_num = |v: Option<u64>| v.map_or("null".to_owned(), |n| n.to_string());
-    format!(
-        "{{\"held\":{},\"foreign\":{},\"key\":{},\"host\":{},\"pid\":{},\"command\":{},\
-         \"acquired_ms\":{},\"ttl_ms\":{},\"fence\":{}}}",
-        s.held,
-        s.foreign,
-        json_string(key),
-        opt_str(&s.host),
-        opt_num(s.pid.map(u64::from)),
-        opt_str(&s.command),
-        opt_num(s.acquired_ms),
-        opt_num(s.ttl_ms),
-        opt_num(s.fence),
-    )
+    let json = StatusJson {
+        held: s.held,
+        foreign: s.foreign,
+        key,
+        host: s.host.as_deref(),
+        pid: s.pid,
+        command: s.command.as_deref(),
+        acquired_ms: s.acquired_ms,
+        ttl_ms: s.ttl_ms,
+        fence: s.fence,
+    };
+    // Cannot fail: plain fields, no maps with non-string keys.
+    serde_json::to_string(&json).expect("status JSON serializes")
 }
 
 #[cfg(test)]
