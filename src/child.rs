@@ -19,9 +19,10 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::prctl;
+use nix::sys::signal::{kill, killpg, pthread_sigmask, SigHandler, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
-use nix::unistd::Pid;
+use nix::unistd::{getpgrp, getpid, getppid, setpgid, tcsetpgrp, Pid};
 
 use crate::config;
 use crate::lease::Stamp;
@@ -43,11 +44,8 @@ pub struct Job {
 /// Make this process the reaper of orphans it leaves behind, so processes the command started
 /// and abandoned can be found, stopped and reaped after the command exits.
 pub fn become_subreaper() {
-    // SAFETY: plain prctl with integer arguments. Failure only weakens the cleanup of
-    // leftovers, so it is ignored.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    }
+    // Failure only weakens the cleanup of leftovers, so it is ignored.
+    let _ = prctl::set_child_subreaper(true);
 }
 
 impl Job {
@@ -61,23 +59,22 @@ impl Job {
         );
         cmd.process_group(0);
         let take_terminal = owns_terminal_foreground();
-        let wrapper = std::process::id() as libc::pid_t;
-        // SAFETY: the closure runs in the forked child before exec and calls only
-        // async-signal-safe functions (setpgid, prctl, getppid, kill, sigprocmask, tcsetpgrp).
+        let wrapper = getpid();
+        // SAFETY: the closure runs in the forked child before exec. It only makes
+        // async-signal-safe syscalls (setpgid, prctl, getppid, getpid, kill, pthread_sigmask,
+        // tcsetpgrp) through nix's thin wrappers, and allocates nothing (an error is a raw errno).
         unsafe {
             cmd.pre_exec(move || {
                 // Be the group leader already, whatever order std applies its own setup in;
                 // tcsetpgrp below needs the group to exist.
-                libc::setpgid(0, 0);
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+                prctl::set_pdeathsig(Signal::SIGKILL)?;
                 // The wrapper may have died between fork and prctl; then nobody would kill us.
-                if libc::getppid() != wrapper {
-                    libc::kill(libc::getpid(), libc::SIGKILL);
+                if getppid() != wrapper {
+                    let _ = kill(getpid(), Signal::SIGKILL);
                 }
                 if take_terminal {
-                    give_terminal_to(libc::getpid());
+                    give_terminal_to(getpid());
                 }
                 Ok(())
             });
@@ -89,9 +86,10 @@ impl Job {
             // The wrapper is now a background group on the terminal; with `stty tostop` its
             // next message would stop it with SIGTTOU while the command runs on without a
             // supervisor. Ignoring it here does not reach the command: it was already spawned.
-            // SAFETY: setting a signal disposition to SIG_IGN.
+            // SAFETY: nix marks `signal` unsafe for the code a handler would run; SIG_IGN
+            // installs no handler, so there is none.
             unsafe {
-                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                let _ = nix::sys::signal::signal(Signal::SIGTTOU, SigHandler::SigIgn);
             }
         }
         let pid = child.id().map(|id| id as libc::pid_t).unwrap_or(0);
@@ -151,27 +149,28 @@ fn owns_terminal_foreground() -> bool {
     // SAFETY: fd 0 stays open for the process lifetime; we only borrow it for this call.
     let stdin = unsafe { BorrowedFd::borrow_raw(libc::STDIN_FILENO) };
     std::io::IsTerminal::is_terminal(&std::io::stdin())
-        && nix::unistd::tcgetpgrp(stdin).is_ok_and(|fg| fg == nix::unistd::getpgrp())
+        && nix::unistd::tcgetpgrp(stdin).is_ok_and(|fg| fg == getpgrp())
 }
 
 fn take_terminal_back() {
-    // SAFETY: see give_terminal_to.
-    unsafe { give_terminal_to(libc::getpgrp()) }
+    give_terminal_to(getpgrp());
 }
 
 /// Make `group` the terminal's foreground group. Called from a background group (the child
 /// before exec, the wrapper afterwards), which would get SIGTTOU unless it is blocked.
 ///
-/// # Safety
-/// Async-signal-safe calls only, so it may run in the forked child before exec.
-unsafe fn give_terminal_to(group: libc::pid_t) {
-    let mut set: libc::sigset_t = std::mem::zeroed();
-    let mut old: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut set);
-    libc::sigaddset(&mut set, libc::SIGTTOU);
-    libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-    libc::tcsetpgrp(libc::STDIN_FILENO, group);
-    libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+/// Async-signal-safe syscalls only and no allocation, so it may run in the forked child
+/// before exec. Best effort: errors are ignored.
+fn give_terminal_to(group: Pid) {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old));
+    // Not `std::io::stdin()`: its first use allocates a buffer, which must not happen here.
+    // SAFETY: fd 0 stays open for the process lifetime; it is borrowed only for this call.
+    let stdin = unsafe { BorrowedFd::borrow_raw(libc::STDIN_FILENO) };
+    let _ = tcsetpgrp(stdin, group);
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
 }
 
 /// Any process (zombies included) still in the group?

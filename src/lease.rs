@@ -13,20 +13,18 @@
 
 use std::time::Duration;
 
+use nix::time::{clock_gettime, ClockId};
+
 /// A reading of CLOCK_BOOTTIME.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Stamp(Duration);
 
 impl Stamp {
     pub fn now() -> Stamp {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid out-pointer; CLOCK_BOOTTIME exists on every Linux since 2.6.39.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-        assert_eq!(rc, 0, "clock_gettime(CLOCK_BOOTTIME) failed");
-        Stamp(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+        // CLOCK_BOOTTIME exists on every Linux since 2.6.39.
+        let ts =
+            clock_gettime(ClockId::CLOCK_BOOTTIME).expect("clock_gettime(CLOCK_BOOTTIME) failed");
+        Stamp(Duration::from(ts))
     }
 
     /// Time from `earlier` to `self`, zero if `earlier` is later.

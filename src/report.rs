@@ -8,23 +8,29 @@ use std::fmt::Display;
 use std::io::{IsTerminal, Write};
 use std::time::SystemTime;
 
+use serde::Serialize;
+
 use crate::cli::LogFormat;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Level {
     Error,
     Warn,
     Info,
 }
 
-impl Level {
-    fn as_str(self) -> &'static str {
-        match self {
-            Level::Error => "error",
-            Level::Warn => "warn",
-            Level::Info => "info",
-        }
-    }
+/// One `--log-format json` line. Field order is the output order; `key` is left out, not
+/// `null`, when no key is known yet.
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    time: String,
+    level: Level,
+    event: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<&'a str>,
+    pid: u32,
+    message: &'a str,
 }
 
 #[derive(Debug, Clone)]
@@ -128,41 +134,19 @@ impl Reporter {
     }
 
     fn json_line(&self, level: Level, event: &str, msg: &str) -> String {
-        let time = humantime::format_rfc3339_millis(SystemTime::now());
-        let mut line = format!(
-            "{{\"time\":\"{time}\",\"level\":\"{}\",\"event\":{}",
-            level.as_str(),
-            json_string(event)
-        );
-        if let Some(key) = &self.key {
-            line.push_str(&format!(",\"key\":{}", json_string(key)));
-        }
-        line.push_str(&format!(
-            ",\"pid\":{},\"message\":{}}}\n",
-            std::process::id(),
-            json_string(msg)
-        ));
-        line
+        let line = JsonLine {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            level,
+            event,
+            key: self.key.as_deref(),
+            pid: std::process::id(),
+            message: msg,
+        };
+        // Cannot fail: plain fields, no maps with non-string keys.
+        let mut out = serde_json::to_string(&line).expect("log line JSON serializes");
+        out.push('\n');
+        out
     }
-}
-
-/// `s` as a JSON string literal.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -171,7 +155,17 @@ mod tests {
 
     #[test]
     fn json_strings_are_escaped() {
-        assert_eq!(json_string("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
+        let r = Reporter::new(LogFormat::Json, false, true);
+        let line = r.json_line(Level::Warn, "ev", "a\"b\\c\nd\u{1}");
+        assert!(
+            line.ends_with("\"message\":\"a\\\"b\\\\c\\nd\\u0001\"}\n"),
+            "{line}"
+        );
+        // No key given: the field is left out.
+        assert!(
+            line.contains("\"level\":\"warn\",\"event\":\"ev\",\"pid\":"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -74,6 +74,7 @@ impl Signals {
 }
 
 fn ignored_at_start(sig: Signal) -> bool {
+    // On libc: nix's `sigaction` always installs a new action; it has no read-only form.
     // SAFETY: sigaction with a null new action only reads the current disposition into `old`.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();

@@ -1,12 +1,15 @@
 //! `redlock-run status`: who holds a lock. Read-only: never writes to Redis.
 
-use std::fmt::Write;
+use std::fmt::Write as _;
+use std::io::{self, Write as _};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde::Serialize;
+
 use crate::config::Target;
-use crate::exit::Ending;
+use crate::exit::{ChildEnd, Ending};
 use crate::lock::{self, Lock, Status};
-use crate::report::{json_string, Reporter};
+use crate::report::Reporter;
 
 pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
     let lock = match lock::open(target, None, target.timeout).await {
@@ -23,14 +26,34 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
             } else {
                 to_text(&target.key, &status)
             };
-            println!("{out}");
-            Ending::Ran(crate::exit::ChildEnd::Exited(0))
+            match print_line(&out) {
+                Ok(()) => Ending::Ran(ChildEnd::Exited(0)),
+                // The reader went away (`status --key k | true`). Rust ignores SIGPIPE, so the
+                // write fails with EPIPE instead of killing us. End quietly with 141
+                // (128 + SIGPIPE), the code `cat` or `ls | head` get when SIGPIPE kills them:
+                // 0 would claim the output was delivered, and a message would be noise.
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ending::Ran(
+                    ChildEnd::Signalled(nix::sys::signal::Signal::SIGPIPE as i32),
+                ),
+                Err(e) => {
+                    report.error("internal", format_args!("cannot write to stdout: {e}"));
+                    Ending::Software
+                }
+            }
         }
         Err(e) => {
             report.error("unavailable", &e);
             Ending::Unavailable
         }
     }
+}
+
+/// `line` and a newline on stdout, flushed, with the error returned rather than a panic
+/// (`println!` panics, and the release profile aborts on panic).
+fn print_line(line: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()
 }
 
 fn to_text(key: &str, s: &Status) -> String {
@@ -75,22 +98,34 @@ fn age(acquired_ms: u64) -> String {
     format!("{}{ago}", humantime::format_rfc3339_seconds(at))
 }
 
+/// The `status --json` object. Field order is the output order; absent values are `null`.
+#[derive(Serialize)]
+struct StatusJson<'a> {
+    held: bool,
+    foreign: bool,
+    key: &'a str,
+    host: Option<&'a str>,
+    pid: Option<u32>,
+    command: Option<&'a str>,
+    acquired_ms: Option<u64>,
+    ttl_ms: Option<u64>,
+    fence: Option<u64>,
+}
+
 fn to_json(key: &str, s: &Status) -> String {
-    let opt_str = |v: &Option<String>| v.as_deref().map_or("null".to_owned(), json_string);
-    let opt_num = |v: Option<u64>| v.map_or("null".to_owned(), |n| n.to_string());
-    format!(
-        "{{\"held\":{},\"foreign\":{},\"key\":{},\"host\":{},\"pid\":{},\"command\":{},\
-         \"acquired_ms\":{},\"ttl_ms\":{},\"fence\":{}}}",
-        s.held,
-        s.foreign,
-        json_string(key),
-        opt_str(&s.host),
-        opt_num(s.pid.map(u64::from)),
-        opt_str(&s.command),
-        opt_num(s.acquired_ms),
-        opt_num(s.ttl_ms),
-        opt_num(s.fence),
-    )
+    let json = StatusJson {
+        held: s.held,
+        foreign: s.foreign,
+        key,
+        host: s.host.as_deref(),
+        pid: s.pid,
+        command: s.command.as_deref(),
+        acquired_ms: s.acquired_ms,
+        ttl_ms: s.ttl_ms,
+        fence: s.fence,
+    };
+    // Cannot fail: plain fields, no maps with non-string keys.
+    serde_json::to_string(&json).expect("status JSON serializes")
 }
 
 #[cfg(test)]
