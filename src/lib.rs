@@ -13,6 +13,8 @@
 //! - `backoff`: pauses between attempts on a busy lock.
 //! - `status`: the `status` subcommand.
 //! - `report`: stderr messages, text or JSON.
+//! - `sink`: writes them from a thread of its own, so a blocked stderr never blocks the
+//!   supervisor.
 //! - `exit`: how a run ends and the exit code of each ending.
 
 pub mod backoff;
@@ -26,6 +28,7 @@ pub mod redis_url;
 pub mod report;
 pub mod run;
 pub mod signals;
+pub mod sink;
 pub mod status;
 
 use clap::Parser;
@@ -36,6 +39,14 @@ use report::Reporter;
 
 /// Parse the arguments, do the work, and return the process exit code.
 pub fn main_exit_code() -> u8 {
+    let code = parse_and_run();
+    // Messages still queued for a slow stderr get a moment; a blocked one does not hold up
+    // the exit (the lock is released already, and the exit code tells the outcome).
+    sink::drain(std::time::Duration::from_secs(1));
+    code
+}
+
+fn parse_and_run() -> u8 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return clap_error(&err),

@@ -3,14 +3,16 @@
 //! Nothing is printed on success unless `--verbose` (cron mails any output). Problems are
 //! always printed, except a busy lock under `--quiet`.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::fmt::Display;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::SystemTime;
 
 use serde::Serialize;
 
 use crate::cli::LogFormat;
+use crate::sink;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -110,8 +112,8 @@ impl Reporter {
             ("\x1b[2m", "\x1b[0m")
         };
         // \r and erase-line redraw in place; no newline, so the line never scrolls.
-        let line = format!("\r\x1b[2K{dim}redlock-run: {text}{reset}");
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        let line = format!("\r\x1b[2K{dim}redlock-run: {}{reset}", one_line(&text));
+        sink::send(line.into_bytes());
         self.line_shown.set(true);
         *self.line_text.borrow_mut() = text;
     }
@@ -119,18 +121,29 @@ impl Reporter {
     /// Remove the live line, if one is shown.
     pub fn waiting_done(&self) {
         if self.line_shown.replace(false) {
-            let _ = std::io::stderr().lock().write_all(b"\r\x1b[2K");
+            sink::send(b"\r\x1b[2K".to_vec());
         }
     }
 
     fn emit(&self, level: Level, event: &str, msg: &str) {
         self.waiting_done();
-        let line = match self.format {
-            LogFormat::Text => format!("redlock-run: {msg}\n"),
+        // Lines that a blocked stderr made us drop are counted, and said as soon as there is
+        // room again (see sink.rs).
+        if sink::has_room() {
+            let dropped = sink::take_dropped();
+            if dropped > 0 {
+                let notice = format!("{dropped} messages were dropped: stderr was not being read");
+                sink::send(self.line(Level::Warn, "dropped", &notice).into_bytes());
+            }
+        }
+        sink::send(self.line(level, event, msg).into_bytes());
+    }
+
+    fn line(&self, level: Level, event: &str, msg: &str) -> String {
+        match self.format {
+            LogFormat::Text => format!("redlock-run: {}\n", one_line(msg)),
             LogFormat::Json => self.json_line(level, event, msg),
-        };
-        // One write per line, so lines from concurrent wrappers on one stderr do not interleave.
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        }
     }
 
     fn json_line(&self, level: Level, event: &str, msg: &str) -> String {
@@ -147,6 +160,25 @@ impl Reporter {
         out.push('\n');
         out
     }
+}
+
+/// `msg` on one line: control characters (a newline in a key or a `-c` script) are shown
+/// escaped, so every message stays one line and no escape sequence reaches the terminal.
+fn one_line(msg: &str) -> Cow<'_, str> {
+    if !msg.chars().any(char::is_control) {
+        return Cow::Borrowed(msg);
+    }
+    Cow::Owned(
+        msg.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -166,6 +198,12 @@ mod tests {
             line.contains("\"level\":\"warn\",\"event\":\"ev\",\"pid\":"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn text_lines_escape_control_characters() {
+        assert_eq!(one_line("plain"), "plain");
+        assert_eq!(one_line("a\nb\x1b[2Kc\t"), "a\\nb\\u{1b}[2Kc\\t");
     }
 
     #[test]

@@ -298,6 +298,13 @@ async fn hold<L: Lock>(
     if let Some(sig) = signals.pending().await {
         return Under::Interrupted(sig as i32);
     }
+    // Said before the spawn, and given a moment to reach stderr (messages leave through a
+    // thread, see sink.rs): said after, it would come behind the command's first output.
+    report.info("spawning", format_args!("starting {}", cfg.command.display));
+    if report.verbose() {
+        let until_stop = Stamp::now().until(held.lease.stop_at());
+        crate::sink::drain(until_stop.min(Duration::from_millis(100)));
+    }
     // The acquire's reply, the replica wait or a pause of this process may have taken so long
     // that the lease is already in its last --grace: starting the command now would be
     // starting it without the lock.
@@ -311,8 +318,6 @@ async fn hold<L: Lock>(
         ("REDLOCK_TTL_MS", cfg.ttl.as_millis().to_string()),
         ("REDLOCK_FENCE", held.fence.to_string()),
     ];
-    // Said before the spawn: said after, it would come behind the command's first output.
-    report.info("spawning", format_args!("starting {}", cfg.command.display));
     let mut job = match Job::spawn(&cfg.command, &env) {
         Ok(job) => job,
         Err(err) => {

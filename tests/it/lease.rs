@@ -400,3 +400,65 @@ fn hold_at_least_keeps_a_quick_job_locked_then_frees_it() {
         .run()
         .expect_code(0);
 }
+
+/// stderr a pipe nobody reads (a stalled log shipper), `-v` printing on every renewal, and
+/// renewals that fail (Redis frozen): the wrapper must still stop the command before the
+/// lease deadline. A supervisor that writes its messages itself blocks in write(2) and
+/// stops nothing.
+#[test]
+fn a_blocked_stderr_never_delays_the_lease() {
+    use std::os::fd::AsRawFd;
+    use std::process::{Command, Stdio};
+
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
+    // Fill the pipe so that the next write to it blocks, then make writes blocking again:
+    // O_NONBLOCK belongs to the open file, which the wrapper shares.
+    let fd = write_end.as_raw_fd();
+    // SAFETY: fcntl on a pipe fd this test owns; only the file status flags change.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    let chunk = [b'x'; 4096];
+    while nix::unistd::write(&write_end, &chunk).is_ok() {}
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, flags) };
+
+    let pidfile = dir.path().join("pid");
+    let mut wrapper = Command::new(wrapper_bin())
+        .args([
+            "--redis",
+            &redis.url(),
+            "--key",
+            "k",
+            "-v",
+            "--ttl",
+            "2s",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            &format!("echo $$ > {}; exec sleep 60", pidfile.display()),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::from(write_end)))
+        .spawn()
+        .expect("spawn the wrapper");
+    let _guard = PidGuard::new(wrapper.id() as i32);
+    let child = read_pid_file(&pidfile, secs(10));
+    let _child_guard = PidGuard::new(child);
+    redis.pause();
+    let stopped = poll_until(secs(15), || !pid_alive(child));
+    redis.resume();
+    let exited = poll_until(secs(15), || matches!(wrapper.try_wait(), Ok(Some(_))));
+    let status = wrapper.try_wait().ok().flatten();
+    drop(read_end);
+    assert!(
+        stopped,
+        "the command still ran 15 s after Redis froze under a 2 s lease"
+    );
+    assert!(exited, "the wrapper did not exit");
+    assert_eq!(status.and_then(|s| s.code()), Some(74), "{status:?}");
+}
