@@ -18,6 +18,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs::{self, File};

@@ -24,6 +24,7 @@
 //! - `terminal`: the command on a pseudo-terminal, the live waiting line, `stty tostop`.
 //! - `docs`: the committed completions and man page are up to date.
 //! - `harness`: sanity checks of the harness itself.
+//! - `proxy`: the TCP fault proxy (latency, hold, discard, blackhole, refuse, freeze, reset).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -35,6 +36,7 @@ mod fencing;
 mod harness;
 mod lease;
 mod options;
+mod proxy;
 mod redis_errors;
 mod replicas;
 mod secrets;

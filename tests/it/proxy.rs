@@ -1,7 +1,7 @@
-// Self-tests of the fault proxy (tests/common/proxy.rs) against a real redis-server.
-// Only test functions and their helpers: meant to sit in a module that has
-// `use crate::common::{self, proxy::*};` in scope (tests/proxy_check.rs includes it).
-// std items are spelled out so that no `use` line can clash with the host module's.
+//! The TCP fault proxy of the harness (tests/common/proxy.rs), checked against a real
+//! redis-server: every fault does what the network tests rely on.
+
+use crate::common::{self, proxy::*};
 
 /// How long a connection must stay quiet to count as "never answers".
 const SILENCE: std::time::Duration = std::time::Duration::from_millis(400);
