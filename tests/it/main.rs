@@ -18,6 +18,8 @@
 //!   replica, ACL without EVAL (exit 69); a flushed script cache.
 //! - `secrets`: no message shows any part of a password, whatever the URL holds.
 //! - `status`: the `status` subcommand, text and JSON.
+//! - `network`: faults made by the TCP fault proxy: the replica WAIT travels with its write,
+//!   a silently dead connection is replaced, an interrupted waiter leaves nothing behind.
 //! - `options`: `--prefix`, passwords, `REDLOCK_*` configuration, `-q`, `--log-format json`.
 //! - `fencing`: `REDLOCK_FENCE` ordering, a stale writer rejected, a corrupt counter refused.
 //! - `replicas`: `--min-replicas` acknowledgement of the acquire and of renewals.
@@ -35,6 +37,7 @@ mod docs;
 mod fencing;
 mod harness;
 mod lease;
+mod network;
 mod options;
 mod proxy;
 mod redis_errors;

@@ -177,6 +177,24 @@ impl Server {
         Ok(ScriptReply { value, acked })
     }
 
+    /// Run `call` as EVAL at once, without a WAIT: for a write that must take effect even
+    /// if no reply ever comes back (taking back an acquire whose reply was lost), where an
+    /// EVALSHA could meet NOSCRIPT and never get to the EVAL.
+    pub async fn eval(
+        &self,
+        call: &ScriptCall,
+        what: &str,
+        within: Duration,
+    ) -> Result<Value, RedisFailure> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.eval()).ignore_errors();
+        let replies = self.query(&pipe, what, within).await?;
+        match replies.into_iter().next().unwrap_or(Value::Nil) {
+            Value::ServerError(err) => Err(RedisFailure::from_redis(&err.into(), &self.shown)),
+            value => Ok(value),
+        }
+    }
+
     /// How long a script call with `ack` may take beyond a plain reply.
     pub fn wait_time(ack: Option<ReplicaAck>) -> Duration {
         ack.map_or(Duration::ZERO, |a| a.timeout + WAIT_SLACK)

@@ -56,10 +56,11 @@ impl Single {
     }
 
     /// Take back a write that may have landed; the compare in the script leaves any other
-    /// value alone. Best effort: if it fails too, the key expires within its TTL.
+    /// value alone. Sent as EVAL, on a new connection if the last one timed out, so that it
+    /// takes effect even if its own reply is lost too. Best effort: if it fails too, the key expires within its TTL.
     async fn undo(&self, token: &Token, within: Duration) {
         let call = self.mutex.release(&token.as_str(), Duration::ZERO);
-        let _ = self.server.script(&call, None, "release", within).await;
+        let _ = self.server.eval(&call, "release", within).await;
     }
 
     fn check_acks(&self, acked: Option<u32>) -> Result<(), RedisFailure> {

@@ -1,0 +1,194 @@
+//! Network faults between the wrapper and Redis, made by the harness's TCP fault proxy:
+//! a write and its WAIT travel together, a silently dead connection is replaced, and a waiter
+//! interrupted while its acquire's reply is lost leaves nothing behind.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use nix::sys::signal::Signal;
+
+use crate::common::proxy::{Dir, FaultProxy};
+use crate::common::*;
+
+fn ended_by_sigint(out: &Outcome) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    out.code() == Some(130) || out.status.signal() == Some(2)
+}
+
+fn proxy_to(redis: &RedisServer) -> FaultProxy {
+    FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], redis.port())))
+}
+
+/// The commands a server runs, as MONITOR shows them, collected by a thread until dropped.
+struct Monitor {
+    lines: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Monitor {
+    fn start(redis: &RedisServer) -> Monitor {
+        let mut conn = TcpStream::connect(("127.0.0.1", redis.port())).expect("connect");
+        conn.set_read_timeout(Some(ms(100))).unwrap();
+        conn.write_all(b"MONITOR\r\n").unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seen, done) = (Arc::clone(&lines), Arc::clone(&stop));
+        let thread = thread::spawn(move || {
+            let mut reader = BufReader::new(conn);
+            let mut line = String::new();
+            while !done.load(Ordering::Relaxed) {
+                match reader.read_line(&mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        seen.lock().unwrap().push(line.trim_end().to_owned());
+                        line.clear();
+                    }
+                    // A read timeout: look at the stop flag again; a partial line stays.
+                    Err(_) => {}
+                }
+            }
+        });
+        let monitor = Monitor {
+            lines,
+            stop,
+            thread: Some(thread),
+        };
+        wait_until(secs(5), "MONITOR to start", || {
+            monitor.lines().iter().any(|l| l == "+OK")
+        });
+        monitor
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The client address (`[db addr]`) of a MONITOR line.
+    fn client(line: &str) -> Option<&str> {
+        let open = line.find('[')?;
+        let close = line[open..].find(']')? + open;
+        line[open + 1..close].split_whitespace().nth(1)
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `--min-replicas`: the WAIT that confirms a write must ride on the write's connection, in
+/// the same pipeline. Sent as a call of its own after the script's reply, it can land on a
+/// connection re-established in between, where it counts nothing and answers at once. Shown
+/// here by holding every reply back: the WAIT reaches the server anyway, right behind its
+/// script, from the same client.
+#[test]
+fn the_replica_wait_travels_with_the_write_it_confirms() {
+    let (primary, _replica) = start_primary_and_replica();
+    let proxy = proxy_to(&primary);
+    let monitor = Monitor::start(&primary);
+    proxy.hold(Dir::Down);
+    let run = Wrapper::new()
+        .args(["--redis", &proxy.url(), "--key", "k"])
+        .args(["--min-replicas", "1", "--replica-timeout", "500ms"])
+        .args(["--connect-timeout", "10s", "--", "true"])
+        .spawn();
+    let waited = poll_until(secs(5), || {
+        monitor.lines().iter().any(|l| l.contains("\"WAIT\""))
+    });
+    let lines = monitor.lines();
+    proxy.release(Dir::Down);
+    let out = run.wait(secs(30));
+    assert!(
+        waited,
+        "no WAIT reached the server while the script's reply was held back:\n{}\n{out}",
+        lines.join("\n")
+    );
+    let wait_at = lines.iter().position(|l| l.contains("\"WAIT\"")).unwrap();
+    let script = lines[..wait_at]
+        .iter()
+        .rev()
+        .find(|l| l.contains("\"EVAL") && l.contains("redlock:k"))
+        .unwrap_or_else(|| panic!("no script before the WAIT:\n{}", lines.join("\n")));
+    assert_eq!(
+        Monitor::client(script),
+        Monitor::client(&lines[wait_at]),
+        "the WAIT came from another connection than its script:\n{}",
+        lines.join("\n")
+    );
+    out.expect_code(0);
+}
+
+/// A connection that dies silently (no FIN, no RST; new connections work) must be dropped
+/// after a timeout and replaced. A waiter with `--wait forever` whose connection froze once
+/// waited for ever on a free lock.
+#[test]
+fn a_silently_dead_connection_is_replaced() {
+    let redis = RedisServer::start();
+    let proxy = proxy_to(&redis);
+    let dir = scratch();
+    redis.cli(&["SET", "redlock:k", "someone-else", "PX", "60000"]);
+    let mut run = Wrapper::new()
+        .args(["--redis", &proxy.url(), "--key", "k", "--wait", "forever"])
+        .args(["--connect-timeout", "500ms"])
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .spawn();
+    // Waiting: its connections are open and it has polled at least once.
+    wait_until(secs(10), "the waiter to connect", || {
+        proxy.connections() >= 1
+    });
+    wait_until(secs(10), "the waiter to poll", || {
+        redis.info_field("total_commands_processed") > 3
+    });
+    proxy.freeze_all();
+    redis.cli(&["DEL", "redlock:k"]);
+    let ran = poll_until(secs(15), || dir.path().join("ran").exists());
+    proxy.thaw_all();
+    assert!(
+        ran,
+        "the waiter did not take the free lock within 15 s of its connection freezing\n{}",
+        run.describe()
+    );
+    run.wait(secs(30)).expect_code(0);
+}
+
+/// A waiter interrupted (SIGINT) while an acquire attempt's reply is lost must take back
+/// the SET that landed: "a run that did not acquire never writes to the key" holds on the
+/// retry path too, not only on the final error.
+#[test]
+fn an_interrupted_waiter_leaves_no_lock_behind() {
+    let redis = RedisServer::start();
+    let proxy = proxy_to(&redis);
+    redis.cli(&["SET", "redlock:k", "someone-else", "PX", "60000"]);
+    let run = Wrapper::new()
+        .args(["--redis", &proxy.url(), "--key", "k", "--wait", "60s"])
+        .args(["--ttl", "60s", "--connect-timeout", "2s", "--", "true"])
+        .spawn();
+    wait_until(secs(10), "the waiter to poll", || {
+        redis.info_field("total_commands_processed") > 3
+    });
+    // Replies are held from now on (requests still reach the server), and the lock is free:
+    // the waiter's next SET lands, and its reply never comes.
+    proxy.hold(Dir::Down);
+    redis.cli(&["DEL", "redlock:k"]);
+    wait_until(secs(10), "the waiter's SET to land", || {
+        redis.get("redlock:k").is_some()
+    });
+    run.signal(Signal::SIGINT);
+    let out = run.wait(secs(30));
+    proxy.release(Dir::Down);
+    assert!(ended_by_sigint(&out), "must end by SIGINT\n{out}");
+    let left = redis.get("redlock:k");
+    assert_eq!(
+        left, None,
+        "the interrupted waiter left its lock behind\n{out}"
+    );
+}
