@@ -135,7 +135,7 @@ fn a_silently_dead_connection_is_replaced() {
     let proxy = proxy_to(&redis);
     let dir = scratch();
     redis.cli(&["SET", "redlock:k", "someone-else", "PX", "60000"]);
-    let mut run = Wrapper::new()
+    let run = Wrapper::new()
         .args(["--redis", &proxy.url(), "--key", "k", "--wait", "forever"])
         .args(["--connect-timeout", "500ms"])
         .sh("touch ran")
