@@ -1,11 +1,13 @@
 //! The command itself: its exit status passed through, 127/126 for a missing or
 //! non-executable command, the `REDLOCK_*` variables it sees, stdin and stdout passed
-//! through, and `--max-runtime` stopping it (exit 124).
+//! through, and `--max-runtime` stopping it (exit 124), also after a forwarded INT or TERM.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Instant;
+
+use nix::sys::signal::Signal;
 
 use crate::common::*;
 
@@ -130,4 +132,66 @@ fn max_runtime_stops_a_job_that_ignores_sigterm_and_exits_124() {
     );
     assert!(!dir.path().join("finished").exists());
     assert!(!redis.exists("redlock:slow"), "lock released\n{out}");
+}
+
+/// `--max-runtime` must keep counting after the wrapper forwarded an INT or TERM to the
+/// command. The command here ignores the signal (`trap '' SIG`) and would sleep on for 10 s;
+/// the max runtime (2 s) must still stop it (SIGTERM, then SIGKILL after `--grace` 1 s) and
+/// the wrapper must exit 124, about 3 s after the start.
+///
+/// Guards against the forwarded signal being taken as the one reason the command is being
+/// stopped, after which the max-runtime deadline is never looked at again: the command then
+/// runs to its natural end and the wrapper exits with its status (0 after 10 s).
+fn max_runtime_applies_after_a_forwarded(sig: Signal, name: &str) {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Wrapper::on(&redis, "slow")
+        .args(["--max-runtime", "2s", "--grace", "1s"])
+        .sh(&format!(
+            "trap '' {name}; echo $$ > started; sleep 10; touch finished"
+        ))
+        .current_dir(dir.path())
+        .spawn();
+    let child = run.child_pid(&dir.path().join("started"), secs(10));
+    let sent_at = run.started.elapsed();
+    // The max-runtime clock starts after the wrapper spawned the command, so a signal sent
+    // less than 2 s after the wrapper itself started is sure to come before that deadline.
+    assert!(
+        sent_at < secs(2),
+        "the command took {sent_at:?} to start; the {name} must arrive before --max-runtime 2s \
+         for this test to mean anything\n{}",
+        run.describe()
+    );
+    run.signal(sig);
+    let out = run.wait(secs(30));
+    assert!(
+        !pid_alive(child),
+        "the command ignoring {name} must be SIGKILLed once --max-runtime and --grace are \
+         over\n{out}"
+    );
+    out.expect_code(124);
+    assert!(
+        out.elapsed < secs(8),
+        "stopped after {:?}: --max-runtime 2s + --grace 1s must still apply after one \
+         forwarded {name}, long before the 10 s sleep ends\n{out}",
+        out.elapsed
+    );
+    assert!(
+        !dir.path().join("finished").exists(),
+        "the command ran to its end\n{out}"
+    );
+    assert!(!redis.exists("redlock:slow"), "lock released\n{out}");
+}
+
+/// A forwarded TERM that the command ignores must not switch `--max-runtime` off (exit 124,
+/// not the command's own 0 after it slept 10 s). See [`max_runtime_applies_after_a_forwarded`].
+#[test]
+fn max_runtime_still_applies_after_a_forwarded_sigterm() {
+    max_runtime_applies_after_a_forwarded(Signal::SIGTERM, "TERM");
+}
+
+/// The same with INT (Ctrl-C) instead of TERM.
+#[test]
+fn max_runtime_still_applies_after_a_forwarded_sigint() {
+    max_runtime_applies_after_a_forwarded(Signal::SIGINT, "INT");
 }

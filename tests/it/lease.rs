@@ -2,7 +2,8 @@
 //! deleted, Redis killed, frozen or restarted empty) stops the command before the lease could
 //! have expired, escalating to SIGKILL after `--grace`; a wrapper woken past its lease, a
 //! lease gone before the command starts, leftovers in the group; a SIGKILLed wrapper's key
-//! expiring within the ttl; `--hold-at-least`.
+//! expiring within the ttl; `--hold-at-least`, which must not hold a lock whose command never
+//! ran.
 
 use std::fs;
 use std::thread;
@@ -461,4 +462,158 @@ fn a_blocked_stderr_never_delays_the_lease() {
     );
     assert!(exited, "the wrapper did not exit");
     assert_eq!(status.and_then(|s| s.code()), Some(74), "{status:?}");
+}
+
+/// `--hold-at-least` is for a command that ran: when the command could not even start (not
+/// found, 127; not executable, 126) the lock must be released at once, not left to expire
+/// after the hold.
+///
+/// Guards against the release on the spawn-failure path applying the `--hold-at-least` keep
+/// like the release after a run: `--hold-at-least 30s -- /nonexistent` then exits 127 and
+/// leaves the job locked for 30 s although it never ran, so the next cron run on any host is
+/// refused as busy.
+#[test]
+fn hold_at_least_frees_the_lock_at_once_when_the_command_cannot_start() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let script = dir.path().join("not-executable.sh");
+    fs::write(&script, "#!/bin/sh\ntouch ran\n").unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o644)).unwrap();
+    let cases: &[(&[&str], i32)] = &[
+        (&["--", "/nonexistent"], 127),
+        (&["--", "no-such-command-redlock-test"], 127),
+        (&["--", "./not-executable.sh"], 126),
+    ];
+    // Every case is tried before failing, so one run shows which paths keep the lock.
+    let mut kept = Vec::new();
+    for (args, code) in cases {
+        let out = Wrapper::on(&redis, "cron")
+            .args(["--hold-at-least", "30s"])
+            .args(*args)
+            .current_dir(dir.path())
+            .run();
+        let held_after = redis.exists("redlock:cron");
+        let pttl = redis.pttl("redlock:cron");
+        out.expect_code(*code);
+        assert!(!dir.path().join("ran").exists(), "script ran?\n{out}");
+        if held_after {
+            kept.push(format!(
+                "{args:?} (exit {code}): key kept, PTTL {pttl}\n{out}"
+            ));
+            // Whatever this case left behind must not decide the next one.
+            redis.cli(&["DEL", "redlock:cron"]);
+        }
+    }
+    assert!(
+        kept.is_empty(),
+        "the command never ran: the key must be released at once, not held for \
+         --hold-at-least 30s; kept by {} of {} cases:\n{}",
+        kept.len(),
+        cases.len(),
+        kept.join("\n")
+    );
+}
+
+/// Whether /proc/PID/status lists `sig` as caught (a handler installed).
+fn catches(pid: i32, sig: Signal) -> bool {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (sig as i32 - 1)) != 0)
+}
+
+/// A TERM that arrives after the lock was taken but before the command was spawned ends the
+/// run without running the command (exit 143); the lock must then be released at once, not
+/// held for `--hold-at-least`.
+///
+/// Made deterministic with `CLIENT PAUSE WRITE`: the wrapper's acquire script is held back by
+/// the server until the test has sent the TERM (once the wrapper's handler for it is installed)
+/// and unpaused; the wrapper then finds the lock taken and the TERM pending.
+///
+/// Guards against the release on that path applying the `--hold-at-least` keep like the
+/// release after a run, leaving the key for 30 s although nothing ran.
+#[test]
+fn hold_at_least_frees_the_lock_at_once_on_a_signal_before_the_command_starts() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "30000", "WRITE"]), "OK");
+    let mut run = Wrapper::on(&redis, "cron")
+        .args(["--hold-at-least", "30s", "--connect-timeout", "20s"])
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .spawn();
+    let pid = run.pid;
+    run.wait_until(
+        secs(10),
+        "the wrapper to install its SIGTERM handler",
+        || catches(pid, Signal::SIGTERM),
+    );
+    assert!(
+        run.is_running() && !redis.exists("redlock:cron"),
+        "the acquire must still be held back by CLIENT PAUSE\n{}",
+        run.describe()
+    );
+    run.signal(Signal::SIGTERM);
+    assert_eq!(redis.cli(&["CLIENT", "UNPAUSE"]), "OK");
+    let out = run.wait(secs(20));
+    let held_after = redis.exists("redlock:cron");
+    let pttl = redis.pttl("redlock:cron");
+    out.expect_code(143);
+    assert!(
+        !dir.path().join("ran").exists(),
+        "the command must not run after the TERM\n{out}"
+    );
+    assert!(
+        !held_after,
+        "the command never ran: the key must be released at once, not held for \
+         --hold-at-least 30s (PTTL {pttl})\n{out}"
+    );
+}
+
+/// Too few replicas acknowledging the acquire (`--min-replicas`, exit 69) is another path on
+/// which the command never runs: the lock must be released at once there too.
+///
+/// Guards against that release applying the `--hold-at-least` keep, leaving the key for 30 s.
+#[test]
+fn hold_at_least_frees_the_lock_at_once_when_replicas_do_not_acknowledge() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let out = Wrapper::on(&redis, "cron")
+        .args(["--hold-at-least", "30s"])
+        .args(["--min-replicas", "1", "--replica-timeout", "200ms"])
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .run();
+    let held_after = redis.exists("redlock:cron");
+    let pttl = redis.pttl("redlock:cron");
+    out.expect_code(69);
+    assert!(
+        !dir.path().join("ran").exists(),
+        "the command must not run without replicas\n{out}"
+    );
+    assert!(
+        !held_after,
+        "the command never ran: the key must be released at once, not held for \
+         --hold-at-least 30s (PTTL {pttl})\n{out}"
+    );
+}
+
+/// The counterpart of the tests above: when the command did run, even a quick one,
+/// `--hold-at-least` keeps the key after the wrapper exited.
+#[test]
+fn hold_at_least_keeps_the_lock_after_a_command_that_ran() {
+    let redis = RedisServer::start();
+    let out = Wrapper::on(&redis, "cron")
+        .args(["--hold-at-least", "30s", "--", "true"])
+        .run();
+    out.expect_code(0);
+    let pttl = redis.pttl("redlock:cron");
+    assert!(
+        pttl > 0 && pttl <= 30_000,
+        "the command ran: the key must stay for the rest of --hold-at-least 30s, PTTL {pttl}\n{out}"
+    );
 }

@@ -9,13 +9,13 @@
 //!   waiters woken by the release announcement.
 //! - `lease`: heartbeat, lost lock (key overwritten, Redis killed, frozen or restarted),
 //!   `--grace` escalation, a wrapper woken past its lease, leftovers bounded by the lease, a
-//!   SIGKILLed wrapper, `--hold-at-least`.
+//!   SIGKILLed wrapper, `--hold-at-least` (and no hold when the command never ran).
 //! - `signals`: forwarding to the command, a second TERM, a signal while waiting for the lock.
 //! - `child`: exit status passthrough, 126/127, the `REDLOCK_*` variables, stdio,
-//!   `--max-runtime`.
+//!   `--max-runtime` (also after a forwarded INT or TERM).
 //! - `usage`: bad command lines exit 2 without running anything or touching Redis.
 //! - `redis_errors`: unreachable or frozen Redis, authentication, wrong key type, read-only
-//!   replica, ACL without EVAL (exit 69); a flushed script cache.
+//!   replica, ACL without EVAL (exit 69); a flushed script cache (EVAL, never SCRIPT LOAD).
 //! - `secrets`: no message shows any part of a password, whatever the URL holds.
 //! - `status`: the `status` subcommand, text and JSON.
 //! - `network`: faults made by the TCP fault proxy: the replica WAIT travels with its write,

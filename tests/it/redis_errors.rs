@@ -1,6 +1,9 @@
 //! Redis that cannot be used: unreachable or frozen at start, a wrong or missing password,
 //! a key of the wrong type, a read-only replica and an ACL user without EVAL (each exit 69
-//! with one line), and a flushed script cache that is survived.
+//! with one line), and a flushed script cache that is survived, falling back to EVAL rather
+//! than SCRIPT LOAD (as on a fresh server).
+
+use std::fs;
 
 use crate::common::*;
 
@@ -186,5 +189,94 @@ fn script_flush_between_and_during_runs_is_survived() {
     redis.cli(&["SCRIPT", "FLUSH"]);
     let out = run.wait(secs(15));
     out.expect_code(0);
+    assert!(!redis.exists("redlock:k"), "released\n{out}");
+}
+
+/// `INFO commandstats` of `redis`.
+fn commandstats(redis: &RedisServer) -> String {
+    redis.cli(&["INFO", "commandstats"])
+}
+
+/// `calls` minus `failed_calls` (a NOSCRIPT reply is a failed call) of `cmd` in `stats`.
+fn successful_calls(stats: &str, cmd: &str) -> i64 {
+    let prefix = format!("cmdstat_{cmd}:");
+    let Some(line) = stats.lines().find_map(|l| l.trim().strip_prefix(&prefix)) else {
+        return 0;
+    };
+    let field = |name: &str| -> i64 {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+    };
+    field("calls") - field("failed_calls")
+}
+
+/// Successful EVAL plus EVALSHA calls: acquire, renewal and release are one script each.
+fn script_runs(redis: &RedisServer) -> i64 {
+    let stats = commandstats(redis);
+    successful_calls(&stats, "eval") + successful_calls(&stats, "evalsha")
+}
+
+/// On a fresh server (empty script cache) the wrapper must send its scripts with EVAL itself,
+/// never `SCRIPT LOAD` them.
+///
+/// Guards against leaving the NOSCRIPT fallback to redis-rs's `Script`, which answers NOSCRIPT
+/// with `SCRIPT LOAD` and a second EVALSHA: one round trip more per operation, and a command
+/// ACLs and proxies may refuse although EVAL is allowed.
+#[test]
+fn fresh_server_gets_eval_and_never_script_load() {
+    let redis = RedisServer::start();
+    let out = Wrapper::on(&redis, "k").args(["--", "true"]).run();
+    out.expect_code(0);
+    let stats = commandstats(&redis);
+    assert!(
+        !stats.contains("cmdstat_script|load"),
+        "the wrapper sent SCRIPT LOAD to a fresh server; it must fall back to EVAL\n\
+         INFO commandstats:\n{stats}\n{out}"
+    );
+    assert!(
+        successful_calls(&stats, "eval") > 0,
+        "no successful EVAL: on a fresh server the scripts must be sent with EVAL\n\
+         INFO commandstats:\n{stats}\n{out}"
+    );
+    assert!(!redis.exists("redlock:k"), "released\n{out}");
+}
+
+/// A `SCRIPT FLUSH` while the command runs: the renewals after it and the release must fall
+/// back to EVAL, never `SCRIPT LOAD`, and the run ends normally. Stricter than
+/// [`script_flush_between_and_during_runs_is_survived`], which only checks that the run
+/// survives.
+///
+/// Guards against the EVALSHA -> NOSCRIPT -> SCRIPT LOAD -> EVALSHA dance of redis-rs's
+/// `Script` on the renewal and release paths.
+#[test]
+fn script_flush_during_a_run_falls_back_to_eval_not_script_load() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    // --ttl 3s: a renewal every second.
+    let mut run = Wrapper::on(&redis, "k")
+        .args(["--ttl", "3s"])
+        .sh("echo $$ > started; \
+             i=0; while [ ! -e go ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done")
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+    // Statistics from here on; then empty the script cache.
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    let before = script_runs(&redis);
+    run.wait_until(secs(10), "a renewal to succeed after SCRIPT FLUSH", || {
+        script_runs(&redis) > before
+    });
+    fs::write(dir.path().join("go"), "").unwrap();
+    let out = run.wait(secs(20));
+    let stats = commandstats(&redis);
+    out.expect_code(0);
+    assert!(
+        !stats.contains("cmdstat_script|load"),
+        "after SCRIPT FLUSH the wrapper sent SCRIPT LOAD; renewals and the release must fall \
+         back to EVAL\nINFO commandstats since the flush:\n{stats}\n{out}"
+    );
     assert!(!redis.exists("redlock:k"), "released\n{out}");
 }
