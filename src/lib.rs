@@ -47,6 +47,10 @@ pub fn main_exit_code() -> u8 {
 }
 
 fn parse_and_run() -> u8 {
+    if let Err(msg) = enough_file_descriptors() {
+        eprintln!("redlock-run: {msg}");
+        return exit::SOFTWARE;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return clap_error(&err),
@@ -143,4 +147,31 @@ fn from_environment(err: &clap::Error) -> String {
         commands.extend(cmd.get_subcommands().cloned());
     }
     String::new()
+}
+
+/// File descriptors the wrapper needs at the most: the runtime (epoll, a waker), the signal
+/// pipe, two Redis connections, the spawn's status pipe, the terminal, a cgroup's files.
+const FDS_NEEDED: u64 = 16;
+
+/// Refuse to start when `ulimit -n` leaves too few free descriptors: the runtime's signal
+/// set-up would otherwise panic half-way (a multi-line abort instead of one line).
+fn enough_file_descriptors() -> Result<(), String> {
+    use nix::sys::resource::{getrlimit, Resource};
+    let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return Ok(());
+    };
+    // The common case costs one system call.
+    if soft >= 4 * FDS_NEEDED {
+        return Ok(());
+    }
+    // The count includes the descriptor that reads the directory.
+    let open = std::fs::read_dir("/proc/self/fd").map_or(3, |d| d.count() as u64 - 1);
+    let free = soft.saturating_sub(open);
+    if free < FDS_NEEDED {
+        return Err(format!(
+            "too few file descriptors: ulimit -n is {soft} with {open} open; redlock-run needs \
+             {FDS_NEEDED} free (raise ulimit -n)"
+        ));
+    }
+    Ok(())
 }

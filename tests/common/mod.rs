@@ -431,6 +431,8 @@ pub struct Wrapper {
     envs: Vec<(OsString, OsString)>,
     cwd: Option<PathBuf>,
     stdin: Option<Vec<u8>>,
+    /// `ulimit -n` for the wrapper.
+    nofile: Option<u64>,
 }
 
 impl Wrapper {
@@ -474,6 +476,12 @@ impl Wrapper {
     /// Working directory of the wrapper (and so of the child): where marker files land.
     pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.cwd = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    /// Start the wrapper with `ulimit -n limit`.
+    pub fn nofile(mut self, limit: u64) -> Self {
+        self.nofile = Some(limit);
         self
     }
 
@@ -523,11 +531,20 @@ impl Wrapper {
         // A test runner started from a script's background job inherits SIGINT and SIGQUIT
         // ignored; the wrapper would (rightly) keep them ignored for the child and the
         // forwarding tests would fail for the wrong reason. Start it with defaults.
-        // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+        // SAFETY: signal(2) and setrlimit(2) are async-signal-safe; nothing else runs between
+        // fork and exec.
+        let nofile = self.nofile;
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::signal(libc::SIGINT, libc::SIG_DFL);
                 libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+                if let Some(limit) = nofile {
+                    let lim = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+                }
                 Ok(())
             });
         }

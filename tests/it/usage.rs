@@ -251,3 +251,20 @@ fn nested_runs_are_refused_clearly_unless_they_name_another_lock() {
         "a doubly prefixed lock was taken"
     );
 }
+
+/// `ulimit -n 6` once made the runtime's signal set-up panic (exit 134, many lines): too few
+/// file descriptors is one line and exit 70, before Redis is touched.
+#[test]
+fn too_few_file_descriptors_is_one_line() {
+    let redis = RedisServer::start();
+    for limit in [6, 9, 12] {
+        let out = Wrapper::on(&redis, "k")
+            .nofile(limit)
+            .args(["--", "true"])
+            .run();
+        out.expect_code(70);
+        out.expect_one_line();
+        out.expect_stderr_contains("file descriptors");
+        assert!(!redis.exists("redlock:k"), "{out}");
+    }
+}
