@@ -1,4 +1,4 @@
-//! The command as a supervised process group.
+//! The command as a supervised process group, and job control around it.
 //!
 //! - The command leads its own process group, so one `killpg` reaches everything it started
 //!   that stayed in the group (a shell's children, a pipeline).
@@ -7,25 +7,63 @@
 //!   as long as the process. Processes the command starts are not covered by that (the
 //!   setting is not inherited); they are covered on every path where the wrapper still runs,
 //!   because the wrapper is a child subreaper and stops whatever is left in the group.
-//! - When stdin is the terminal and the wrapper is in its foreground, the command's group
-//!   gets the foreground (or it would be stopped by SIGTTIN when it reads), and the wrapper
-//!   takes it back afterwards.
+//! - The wrapper reaps the command itself (`waitpid` with `WUNTRACED`), so it sees the
+//!   command *stop* as well as exit.
+//!
+//! # Job control
+//!
+//! At a terminal the wrapper must behave like the bare command, and the command must never
+//! run without a lease, whatever job control does. The design, after sudo's and script(1)'s:
+//!
+//! - **The command owns the terminal.** When the wrapper's group is the foreground group of
+//!   its controlling terminal (whichever of stdin, stdout, stderr or `/dev/tty` reaches it;
+//!   stdin may be `/dev/null`), the command's group is made the foreground group. So the
+//!   terminal's Ctrl-C, Ctrl-\ and Ctrl-Z reach the command and only the command: nothing is
+//!   delivered twice, and the wrapper forwards only signals sent to it directly.
+//! - **The wrapper stops when the command stops.** When the command is stopped by a
+//!   job-control signal (Ctrl-Z's SIGTSTP, SIGTTIN or SIGTTOU when a background job touches
+//!   the terminal) and there is a terminal, the wrapper makes sure its whole group is stopped,
+//!   takes the terminal back and stops itself with the same signal. The shell sees the job
+//!   stopped, prints its prompt, and `fg`, `bg` and `kill %1` work on the wrapper. While the
+//!   wrapper is stopped it renews nothing, but the command is stopped too.
+//! - **It continues the command only under a valid lease.** When the shell continues the
+//!   wrapper (`fg` or `bg`), the wrapper first checks its lease (the supervisor's first step
+//!   after any wake-up); only if the lease still holds does it hand the terminal back (if it
+//!   is in the foreground now) and continue the command's group. A lease that ran out while
+//!   the job was suspended ends the command (SIGTERM, SIGCONT, SIGKILL after --grace) and the
+//!   run (exit 74).
+//! - A stop by plain SIGSTOP, or without a terminal (cron, CI), is not job control: the
+//!   wrapper keeps running and keeps the lease for the stopped command.
+//! - A SIGTSTP sent to the wrapper itself is forwarded to the command's group; the wrapper
+//!   stops only if the command does (a command that ignores SIGTSTP is not suspended).
+//! - The wrapper ignores SIGTTOU once the command runs: its own messages to a terminal it
+//!   no longer owns (`stty tostop`) must not stop it while the command runs on.
+//!
+//! After the release, a command killed by signal N makes the wrapper end by signal N as
+//! well (see `lib.rs`), so a shell loop interrupted by Ctrl-C ends as it would with the bare
+//! command.
 
 use std::ffi::OsString;
+use std::fs::File;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::prctl;
-use nix::sys::signal::{kill, killpg, pthread_sigmask, SigHandler, SigSet, SigmaskHow, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag};
-use nix::unistd::{getpgrp, getpid, getppid, setpgid, tcsetpgrp, Pid};
+use nix::sys::signal::{
+    kill, killpg, pthread_sigmask, sigaction, SaFlags, SigAction, SigHandler, SigSet, SigmaskHow,
+    Signal,
+};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{getpgrp, getpid, getppid, setpgid, tcgetpgrp, tcsetpgrp, Pid};
+use tokio::signal::unix::{signal, SignalKind};
 
 use crate::config;
+use crate::exit::ChildEnd;
 use crate::lease::Stamp;
+use crate::signals;
 
 /// Why the command could not be started.
 #[derive(Debug)]
@@ -34,11 +72,26 @@ pub enum SpawnError {
     NotExecutable(io::Error),
 }
 
+/// What happened to the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The command (its group leader) ended.
+    Ended(ChildEnd),
+    /// It was stopped by a job-control signal at a terminal: the wrapper must follow.
+    Suspended(Signal),
+}
+
 /// A running command and its process group.
 pub struct Job {
-    child: tokio::process::Child,
     group: Pid,
-    took_terminal: bool,
+    /// The controlling terminal, when the wrapper has one.
+    terminal: Option<Terminal>,
+    /// The command's group is the terminal's foreground group (we made it so).
+    gave_terminal: bool,
+    /// SIGCHLD: the command exited, stopped or continued.
+    sigchld: tokio::signal::unix::Signal,
+    /// How the leader ended, once reaped.
+    ended: Option<ChildEnd>,
 }
 
 /// Make this process the reaper of orphans it leaves behind, so processes the command started
@@ -49,8 +102,11 @@ pub fn become_subreaper() {
 }
 
 impl Job {
-    /// Start `command` with the extra environment `env`. Must be called from the main thread.
+    /// Start `command` with the extra environment `env`. Must be called from the main thread,
+    /// inside the runtime.
     pub fn spawn(command: &config::Command, env: &[(&str, String)]) -> Result<Job, SpawnError> {
+        // Listening before the fork, so no SIGCHLD of the command can be missed.
+        let sigchld = signal(SignalKind::child()).map_err(SpawnError::NotExecutable)?;
         let mut cmd = std::process::Command::new(&command.program);
         cmd.args(&command.args);
         cmd.envs(
@@ -58,11 +114,15 @@ impl Job {
                 .map(|(k, v)| (OsString::from(k), OsString::from(v))),
         );
         cmd.process_group(0);
-        let take_terminal = owns_terminal_foreground();
+        let terminal = Terminal::find();
+        let take_terminal = terminal.as_ref().is_some_and(|t| t.foreground_is_ours());
+        let tty = terminal.as_ref().map(|t| t.raw());
+        let keep_sigpipe_ignored = signals::sigpipe_ignored_at_start();
         let wrapper = getpid();
         // SAFETY: the closure runs in the forked child before exec. It only makes
         // async-signal-safe syscalls (setpgid, prctl, getppid, getpid, kill, pthread_sigmask,
-        // tcsetpgrp) through nix's thin wrappers, and allocates nothing (an error is a raw errno).
+        // tcsetpgrp, sigaction) through nix's thin wrappers, and allocates nothing (an error is
+        // a raw errno).
         unsafe {
             cmd.pre_exec(move || {
                 // Be the group leader already, whatever order std applies its own setup in;
@@ -73,30 +133,30 @@ impl Job {
                 if getppid() != wrapper {
                     let _ = kill(getpid(), Signal::SIGKILL);
                 }
-                if take_terminal {
-                    give_terminal_to(getpid());
+                if let (true, Some(fd)) = (take_terminal, tty) {
+                    give_terminal(BorrowedFd::borrow_raw(fd), getpid());
+                }
+                // std resets SIGPIPE to its default for the child; a SIGPIPE that was ignored
+                // when the wrapper started stays ignored, as if the command ran directly.
+                if keep_sigpipe_ignored {
+                    let _ = nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn);
                 }
                 Ok(())
             });
         }
-        let child = tokio::process::Command::from(cmd)
-            .spawn()
-            .map_err(classify_spawn_error)?;
-        if take_terminal {
-            // The wrapper is now a background group on the terminal; with `stty tostop` its
-            // next message would stop it with SIGTTOU while the command runs on without a
-            // supervisor. Ignoring it here does not reach the command: it was already spawned.
-            // SAFETY: nix marks `signal` unsafe for the code a handler would run; SIG_IGN
-            // installs no handler, so there is none.
-            unsafe {
-                let _ = nix::sys::signal::signal(Signal::SIGTTOU, SigHandler::SigIgn);
-            }
+        let child = cmd.spawn().map_err(classify_spawn_error)?;
+        // From here on the wrapper's own messages must not stop it (see the module doc).
+        // SAFETY: nix marks `signal` unsafe for the code a handler would run; SIG_IGN installs
+        // no handler. The command, already spawned, keeps its default.
+        unsafe {
+            let _ = nix::sys::signal::signal(Signal::SIGTTOU, SigHandler::SigIgn);
         }
-        let pid = child.id().map(|id| id as libc::pid_t).unwrap_or(0);
         Ok(Job {
-            child,
-            group: Pid::from_raw(pid),
-            took_terminal: take_terminal,
+            group: Pid::from_raw(child.id() as i32),
+            terminal,
+            gave_terminal: take_terminal,
+            sigchld,
+            ended: None,
         })
     }
 
@@ -104,14 +164,98 @@ impl Job {
         self.group.as_raw() as u32
     }
 
+    /// The command's group is the terminal's foreground group (so the terminal's signals
+    /// reach it instead of the wrapper's group).
+    pub fn has_terminal(&self) -> bool {
+        self.gave_terminal
+    }
+
     /// Send `sig` to the whole process group. A group that is already gone is not an error.
     pub fn signal(&self, sig: Signal) {
         let _ = killpg(self.group, sig);
     }
 
-    /// Wait for the group leader to exit. Cancel-safe.
-    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
-        self.child.wait().await
+    /// The next thing that happens to the command: its end, or a job-control stop at a
+    /// terminal. Cancel-safe. Reaps any other child (orphans of the command) on the way.
+    pub async fn event(&mut self) -> io::Result<Event> {
+        loop {
+            if let Some(end) = self.ended {
+                return Ok(Event::Ended(end));
+            }
+            if let Some(event) = self.poll()? {
+                return Ok(event);
+            }
+            self.sigchld.recv().await;
+        }
+    }
+
+    /// Look at every child that changed state, without waiting.
+    fn poll(&mut self) -> io::Result<Option<Event>> {
+        let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED;
+        loop {
+            let status = match waitpid(None, Some(flags)) {
+                Ok(WaitStatus::StillAlive) => return Ok(None),
+                Ok(status) => status,
+                // No child left at all: the leader was reaped, or someone else reaped it.
+                Err(Errno::ECHILD) => {
+                    return match self.ended {
+                        Some(end) => Ok(Some(Event::Ended(end))),
+                        None => Err(io::Error::from(Errno::ECHILD)),
+                    }
+                }
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(io::Error::from(e)),
+            };
+            if status.pid() != Some(self.group) {
+                continue; // an orphan of the command, now reaped
+            }
+            match status {
+                WaitStatus::Exited(_, code) => {
+                    self.ended = Some(ChildEnd::Exited(code));
+                    return Ok(Some(Event::Ended(ChildEnd::Exited(code))));
+                }
+                WaitStatus::Signaled(_, sig, _) => {
+                    let end = ChildEnd::Signalled(sig as i32);
+                    self.ended = Some(end);
+                    return Ok(Some(Event::Ended(end)));
+                }
+                WaitStatus::Stopped(_, sig) if is_job_control(sig) && self.terminal.is_some() => {
+                    return Ok(Some(Event::Suspended(sig)));
+                }
+                // SIGSTOP from someone, or no terminal: not job control; keep the lease.
+                _ => continue,
+            }
+        }
+    }
+
+    /// The command was suspended by `sig` at a terminal: stop its whole group, give the
+    /// terminal back, and stop the wrapper with the same signal. Returns once the wrapper is
+    /// continued (`fg`, `bg`); the caller checks the lease, then calls [`Job::resume`].
+    pub fn suspend_with(&mut self, sig: Signal) {
+        // Everything in the group stops, not only the leader that the signal reached.
+        self.signal(Signal::SIGSTOP);
+        if self.gave_terminal {
+            if let Some(t) = &self.terminal {
+                give_terminal(t.as_fd(), getpgrp());
+            }
+            self.gave_terminal = false;
+        }
+        // The terminal sent `sig` to the command's group in place of the wrapper's: the
+        // wrapper's group (the wrapper, and a script or pipeline it is part of) stops as it
+        // would have with the bare command, and the shell sees its job stopped.
+        stop_group(sig);
+    }
+
+    /// Continue the command after the wrapper was continued with its lease intact: in the
+    /// foreground it gets the terminal again.
+    pub fn resume(&mut self) {
+        if let Some(t) = &self.terminal {
+            if t.foreground_is_ours() {
+                give_terminal(t.as_fd(), self.group);
+                self.gave_terminal = true;
+            }
+        }
+        self.signal(Signal::SIGCONT);
     }
 
     /// After the leader exited: stop whatever is left in its group (SIGTERM, SIGKILL at
@@ -131,9 +275,42 @@ impl Job {
             }
         }
         reap_orphans();
-        if self.took_terminal {
-            take_terminal_back();
+        if self.gave_terminal {
+            if let Some(t) = &self.terminal {
+                give_terminal(t.as_fd(), getpgrp());
+            }
         }
+    }
+}
+
+fn is_job_control(sig: Signal) -> bool {
+    matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
+}
+
+/// Stop this process with `sig` as the kernel would by default, until it is continued.
+pub fn stop_self(sig: Signal) {
+    with_default_action(sig, || {
+        let _ = nix::sys::signal::raise(sig);
+    });
+}
+
+/// Send `sig` to the wrapper's own process group, the wrapper acting on it by default.
+pub fn stop_group(sig: Signal) {
+    with_default_action(sig, || {
+        let _ = killpg(getpgrp(), sig);
+    });
+}
+
+/// Run `f` with the default action for `sig` installed, then put the previous one back.
+fn with_default_action(sig: Signal, f: impl FnOnce()) {
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    // SAFETY: installing SIG_DFL runs no code of ours; the previous action (a tokio handler,
+    // or SIG_IGN for SIGTTOU) is put back right after.
+    let old = unsafe { sigaction(sig, &default) };
+    f();
+    if let Ok(old) = old {
+        // SAFETY: restores the action that was installed before.
+        let _ = unsafe { sigaction(sig, &old) };
     }
 }
 
@@ -144,32 +321,69 @@ fn classify_spawn_error(err: io::Error) -> SpawnError {
     }
 }
 
-/// True when stdin is a terminal whose foreground group is ours.
-fn owns_terminal_foreground() -> bool {
-    // SAFETY: fd 0 stays open for the process lifetime; we only borrow it for this call.
-    let stdin = unsafe { BorrowedFd::borrow_raw(libc::STDIN_FILENO) };
-    std::io::IsTerminal::is_terminal(&std::io::stdin())
-        && nix::unistd::tcgetpgrp(stdin).is_ok_and(|fg| fg == getpgrp())
+/// The wrapper's controlling terminal: one of stdin, stdout or stderr if any is a terminal,
+/// else `/dev/tty` (a job started with all three redirected is still a job of the terminal).
+enum Terminal {
+    Std(i32),
+    Opened(OwnedFd),
 }
 
-fn take_terminal_back() {
-    give_terminal_to(getpgrp());
+impl Terminal {
+    fn find() -> Option<Terminal> {
+        for fd in [libc::STDIN_FILENO, libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+            // SAFETY: fds 0-2 stay open for the process lifetime; borrowed for this call.
+            let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+            if std::io::IsTerminal::is_terminal(&borrowed) {
+                return Some(Terminal::Std(fd));
+            }
+        }
+        // No ctty (cron, CI, a daemon): ENXIO at once.
+        let tty = File::options()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open("/dev/tty")
+            .ok()?;
+        Some(Terminal::Opened(tty.into()))
+    }
+
+    fn raw(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        match self {
+            Terminal::Std(fd) => *fd,
+            Terminal::Opened(fd) => fd.as_raw_fd(),
+        }
+    }
+
+    /// The wrapper's group is the terminal's foreground group.
+    fn foreground_is_ours(&self) -> bool {
+        tcgetpgrp(self.as_fd()).is_ok_and(|fg| fg == getpgrp())
+    }
 }
+
+impl AsFd for Terminal {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            // SAFETY: fds 0-2 stay open for the process lifetime.
+            Terminal::Std(fd) => unsafe { BorrowedFd::borrow_raw(*fd) },
+            Terminal::Opened(fd) => fd.as_fd(),
+        }
+    }
+}
+
+use std::os::unix::fs::OpenOptionsExt;
 
 /// Make `group` the terminal's foreground group. Called from a background group (the child
 /// before exec, the wrapper afterwards), which would get SIGTTOU unless it is blocked.
 ///
 /// Async-signal-safe syscalls only and no allocation, so it may run in the forked child
 /// before exec. Best effort: errors are ignored.
-fn give_terminal_to(group: Pid) {
+fn give_terminal(tty: BorrowedFd<'_>, group: Pid) {
     let mut set = SigSet::empty();
     set.add(Signal::SIGTTOU);
     let mut old = SigSet::empty();
     let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old));
-    // Not `std::io::stdin()`: its first use allocates a buffer, which must not happen here.
-    // SAFETY: fd 0 stays open for the process lifetime; it is borrowed only for this call.
-    let stdin = unsafe { BorrowedFd::borrow_raw(libc::STDIN_FILENO) };
-    let _ = tcsetpgrp(stdin, group);
+    let _ = tcsetpgrp(tty, group);
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
 }
 
@@ -195,11 +409,10 @@ async fn wait_group_gone(group: Pid, within: Duration) -> bool {
     true
 }
 
-/// Reap every exited process reparented to us. Only called once the leader has been waited
-/// for, so it cannot steal the leader's status from tokio.
+/// Reap every exited process reparented to us. Only called once the leader has been reaped.
 fn reap_orphans() {
     while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-        if status == nix::sys::wait::WaitStatus::StillAlive {
+        if status == WaitStatus::StillAlive {
             break;
         }
     }

@@ -73,6 +73,15 @@ fn signal_code(sig: i32) -> u8 {
 }
 
 impl Ending {
+    /// The signal a run that ended so should die by: the command's own, or the one that
+    /// ended the wait for the lock.
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            Ending::Ran(ChildEnd::Signalled(sig)) | Ending::Interrupted(sig) => Some(sig),
+            _ => None,
+        }
+    }
+
     pub fn code(self) -> u8 {
         match self {
             Ending::Ran(end) => end.code(),

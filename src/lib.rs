@@ -37,23 +37,76 @@ use cli::{Cli, Sub};
 use exit::Ending;
 use report::Reporter;
 
-/// Parse the arguments, do the work, and return the process exit code.
+/// How the process ends: an exit code, or (a run whose command was killed by signal N, or
+/// whose wait a signal N ended) death by that same signal.
+struct End {
+    code: u8,
+    by_signal: Option<i32>,
+    /// The signal is owed to the wrapper's whole process group (see `die_by`).
+    to_group: bool,
+}
+
+impl From<u8> for End {
+    fn from(code: u8) -> End {
+        End {
+            code,
+            by_signal: None,
+            to_group: false,
+        }
+    }
+}
+
+/// Parse the arguments, do the work, and return the process exit code; or end the process by
+/// the command's own signal.
 pub fn main_exit_code() -> u8 {
-    let code = parse_and_run();
+    let end = parse_and_run();
     // Messages still queued for a slow stderr get a moment; a blocked one does not hold up
     // the exit (the lock is released already, and the exit code tells the outcome).
     sink::drain(std::time::Duration::from_secs(1));
-    code
+    if let Some(sig) = end.by_signal {
+        die_by(sig, end.to_group);
+    }
+    end.code
 }
 
-fn parse_and_run() -> u8 {
+/// End by signal `sig`, as the command did, after the lock is released: a shell then sees
+/// what it would have seen from the bare command (`$?` is 128+N either way), as timeout(1)
+/// and sudo do. No core file: the command made its own if it was going to.
+///
+/// `to_group`: the command held the terminal and died by its Ctrl-C or Ctrl-\. The
+/// terminal would have sent that signal to the wrapper's whole process group too (a script
+/// that runs the wrapper, a pipeline it is part of); it went to the command's group alone, so
+/// it is delivered to the wrapper's group now. A script in a loop then stops as it would with
+/// the bare command.
+fn die_by(sig: i32, to_group: bool) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    use nix::sys::signal::{killpg, Signal};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_CORE) {
+        let _ = setrlimit(Resource::RLIMIT_CORE, 0, hard);
+    }
+    let terminal_signal = matches!(Signal::try_from(sig), Ok(Signal::SIGINT | Signal::SIGQUIT));
+    if to_group && terminal_signal {
+        // SAFETY: installing SIG_DFL runs no code of ours; the process ends right after.
+        let _ = unsafe {
+            nix::sys::signal::signal(
+                Signal::try_from(sig).expect("checked above"),
+                nix::sys::signal::SigHandler::SigDfl,
+            )
+        };
+        let _ = killpg(nix::unistd::getpgrp(), Signal::try_from(sig).ok());
+    }
+    // Returns only for signals whose default is to be ignored; the exit code covers those.
+    let _ = signal_hook::low_level::emulate_default_handler(sig);
+}
+
+fn parse_and_run() -> End {
     if let Err(msg) = enough_file_descriptors() {
         eprintln!("redlock-run: {msg}");
-        return exit::SOFTWARE;
+        return exit::SOFTWARE.into();
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(err) => return clap_error(&err),
+        Err(err) => return clap_error(&err).into(),
     };
     let output = &cli.output;
     if output.quiet && output.verbose {
@@ -63,7 +116,7 @@ fn parse_and_run() -> u8 {
             "error: --quiet and --verbose (or REDLOCK_QUIET and REDLOCK_VERBOSE) are both on; \
              choose one",
         );
-        return exit::USAGE;
+        return exit::USAGE.into();
     }
     let report = Reporter::new(output.format.log_format, output.quiet, output.verbose);
     // A current-thread runtime on the main thread: the command is forked from this thread,
@@ -75,26 +128,35 @@ fn parse_and_run() -> u8 {
         Ok(rt) => rt,
         Err(e) => {
             report.error("internal", format_args!("cannot start the runtime: {e}"));
-            return Ending::Software.code();
+            return Ending::Software.code().into();
         }
     };
-    let ending = match &cli.subcommand {
+    match &cli.subcommand {
         Some(Sub::Status(args)) => match config::Target::from_args(&args.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);
-                runtime.block_on(status::status(&target, args.json, &report))
+                runtime
+                    .block_on(status::status(&target, args.json, &report))
+                    .code()
+                    .into()
             }
-            Err(e) => usage_error(&report, &e),
+            Err(e) => usage_error(&report, &e).code().into(),
         },
         None => match config::RunConfig::from_args(&cli.conn, &cli.run) {
             Ok(cfg) => {
                 let report = report.with_key(&cfg.target.key);
-                runtime.block_on(run::run(&cfg, &report))
+                let end = runtime.block_on(run::run(&cfg, &report));
+                // The runtime's threads and handlers go before the process ends by a signal.
+                drop(runtime);
+                End {
+                    code: end.ending.code(),
+                    by_signal: end.ending.signal(),
+                    to_group: end.at_terminal,
+                }
             }
-            Err(e) => usage_error(&report, &e),
+            Err(e) => usage_error(&report, &e).code().into(),
         },
-    };
-    ending.code()
+    }
 }
 
 fn usage_error(report: &Reporter, err: &config::UsageError) -> Ending {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backoff::Backoff;
-use crate::child::{self, Job, SpawnError};
+use crate::child::{self, Event, Job, SpawnError};
 use crate::cli::Wait;
 use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
@@ -114,16 +114,28 @@ pub fn exit_for(outcome: &Outcome) -> Ending {
     }
 }
 
-pub async fn run(cfg: &RunConfig, report: &Reporter) -> Ending {
-    exit_for(&run_outcome(cfg, report).await)
+/// How a run ends, for `main`.
+pub struct RunEnd {
+    pub ending: Ending,
+    /// The command had the terminal when it ended: a signal it died by came from the
+    /// terminal in place of the wrapper's own process group, and is owed to that group.
+    pub at_terminal: bool,
 }
 
-async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> Outcome {
+pub async fn run(cfg: &RunConfig, report: &Reporter) -> RunEnd {
+    let (outcome, at_terminal) = run_outcome(cfg, report).await;
+    RunEnd {
+        ending: exit_for(&outcome),
+        at_terminal,
+    }
+}
+
+async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     let mut signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
             report.error("internal", format!("cannot install signal handlers: {e}"));
-            return Outcome::NotHeld(Ending::Software);
+            return (Outcome::NotHeld(Ending::Software), false);
         }
     };
     // --connect-timeout bounds the whole start: connecting and the first attempt, the
@@ -133,7 +145,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> Outcome {
         Ok(lock) => lock,
         Err(e) => {
             report.error("unavailable", &e);
-            return Outcome::NotHeld(Ending::Unavailable);
+            return (Outcome::NotHeld(Ending::Unavailable), false);
         }
     };
     let token = Token::new();
@@ -145,7 +157,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> Outcome {
 
     let held = match acquire(cfg, &lock, &token, &holder, start, &mut signals, report).await {
         Ok(held) => held,
-        Err(ending) => return Outcome::NotHeld(ending),
+        Err(ending) => return (Outcome::NotHeld(ending), false),
     };
     report.info(
         "acquired",
@@ -157,7 +169,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> Outcome {
             show_ms(held.waited)
         ),
     );
-    let under = hold(cfg, &lock, &token, &held, &mut signals, report).await;
+    let (under, at_terminal) = hold(cfg, &lock, &token, &held, &mut signals, report).await;
 
     // The one release. --hold-at-least keeps the lock only after a command that ran: a
     // command that never started must not make the other hosts skip the job.
@@ -171,7 +183,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> Outcome {
     let release = release(cfg, &lock, &token, keep, report).await;
     let outcome = Outcome::Held { under, release };
     tell(cfg, lock.name(), &outcome, keep, report);
-    outcome
+    (outcome, at_terminal)
 }
 
 /// The lock as held by this run.
@@ -249,7 +261,7 @@ async fn acquire<L: Lock>(
                     // Bounded by the wait left, and ended by a signal like any wait.
                     tokio::select! {
                         n = lock.release_notices(cfg.target.timeout.min(left)) => notices = n,
-                        sig = signals.recv() => break Err(Ending::Interrupted(sig as i32)),
+                        sig = signals.recv_ending() => break Err(Ending::Interrupted(sig as i32)),
                     }
                     // The holder may have released while we subscribed: try again at once.
                     continue;
@@ -263,7 +275,7 @@ async fn acquire<L: Lock>(
                             None => std::future::pending().await,
                         }
                     } => {}
-                    sig = signals.recv() => break Err(Ending::Interrupted(sig as i32)),
+                    sig = signals.recv_ending() => break Err(Ending::Interrupted(sig as i32)),
                 }
             }
             Err(e) if e.is_transient() && left.is_some() => {
@@ -273,7 +285,7 @@ async fn acquire<L: Lock>(
                     .min(left.unwrap_or_default());
                 tokio::select! {
                     () = tokio::time::sleep(nap) => {}
-                    sig = signals.recv() => break Err(Ending::Interrupted(sig as i32)),
+                    sig = signals.recv_ending() => break Err(Ending::Interrupted(sig as i32)),
                 }
             }
             Err(e) => {
@@ -294,9 +306,9 @@ async fn hold<L: Lock>(
     held: &Held,
     signals: &mut Signals,
     report: &Reporter,
-) -> Under {
+) -> (Under, bool) {
     if let Some(sig) = signals.pending().await {
-        return Under::Interrupted(sig as i32);
+        return (Under::Interrupted(sig as i32), false);
     }
     // Said before the spawn, and given a moment to reach stderr (messages leave through a
     // thread, see sink.rs): said after, it would come behind the command's first output.
@@ -309,7 +321,7 @@ async fn hold<L: Lock>(
     // that the lease is already in its last --grace: starting the command now would be
     // starting it without the lock.
     if held.lease.standing(Stamp::now()) != Standing::Safe {
-        return Under::LateStart;
+        return (Under::LateStart, false);
     }
     child::become_subreaper();
     let env = [
@@ -335,12 +347,13 @@ async fn hold<L: Lock>(
                 "spawn",
                 format_args!("cannot run {}: {err}{hint}", cfg.command.display),
             );
-            return Under::SpawnFailed(ending);
+            return (Under::SpawnFailed(ending), false);
         }
     };
     let job_pid = job.pid();
     let keeper = LeaseKeeper::new(cfg, lock, token, held);
     let ended = supervise(cfg, keeper, &mut job, signals, report).await;
+    let at_terminal = job.has_terminal();
     // Leftovers in the group get --grace, but never past the lease: renewals have stopped.
     let leftovers_until = Stamp::now()
         .checked_add(cfg.grace)
@@ -348,8 +361,7 @@ async fn hold<L: Lock>(
     // An INT or TERM now (the user pressing Ctrl-C again) skips the wait for leftovers.
     job.finish(leftovers_until, signals.recv_quit()).await;
     let end = match ended.status {
-        Ok(status) => {
-            let end = ChildEnd::from(status);
+        Ok(end) => {
             let how = match end {
                 ChildEnd::Exited(code) => format!("exited with {code}"),
                 ChildEnd::Signalled(sig) => format!("was killed by signal {sig}"),
@@ -365,16 +377,17 @@ async fn hold<L: Lock>(
             None
         }
     };
-    Under::Ran {
+    let under = Under::Ran {
         end,
         lease: ended.lease,
         max_runtime: ended.max_runtime,
-    }
+    };
+    (under, at_terminal)
 }
 
 /// How supervision ended.
 struct Supervised {
-    status: std::io::Result<std::process::ExitStatus>,
+    status: std::io::Result<ChildEnd>,
     lease: Option<LeaseEnd>,
     max_runtime: bool,
     /// The lease deadline at the end.
@@ -399,6 +412,8 @@ async fn supervise<L: Lock>(
     let mut max_runtime = false;
     let mut stopper = Stopper::default();
     let mut quit_signals = 0u32;
+    // The wrapper was just continued after following a suspended command.
+    let mut resume = false;
 
     loop {
         let now = Stamp::now();
@@ -424,6 +439,17 @@ async fn supervise<L: Lock>(
                 );
             }
         }
+        if std::mem::take(&mut resume) {
+            // Continued (`fg`, `bg`): the lease was checked just above. The command runs on
+            // only under a lease still safe; otherwise it was told to stop, and SIGCONT lets
+            // it act on that.
+            if keeper.ended.is_none() {
+                report.info("resumed", "continued; continuing the command");
+                job.resume();
+            } else {
+                job.signal(Signal::SIGCONT);
+            }
+        }
         if !max_runtime && max_runtime_at.is_some_and(|at| now >= at) {
             // Applies whatever else has happened (a forwarded TERM the command ignored).
             max_runtime = true;
@@ -442,7 +468,19 @@ async fn supervise<L: Lock>(
 
         tokio::select! {
             biased;
-            status = job.wait() => {
+            event = job.event() => {
+                let status = match event {
+                    Ok(Event::Suspended(sig)) => {
+                        // Stopped at a terminal (Ctrl-Z, a background read): follow the
+                        // command, and on waking check the lease before continuing it.
+                        report.info("suspended", format_args!("the command was stopped by {sig}; stopping too"));
+                        job.suspend_with(sig);
+                        resume = true;
+                        continue;
+                    }
+                    Ok(Event::Ended(end)) => Ok(end),
+                    Err(e) => Err(e),
+                };
                 return Supervised {
                     status,
                     deadline: keeper.deadline(),
@@ -608,6 +646,8 @@ struct Stopper {
 impl Stopper {
     fn terminate(&mut self, job: &Job, kill_at: Option<Stamp>) {
         job.signal(Signal::SIGTERM);
+        // A stopped command (suspended, or SIGSTOPped) acts on SIGTERM only once continued.
+        job.signal(Signal::SIGCONT);
         self.kill_at = earliest(self.kill_at, kill_at);
     }
 

@@ -12,14 +12,17 @@ use std::task::Poll;
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 
-/// The signals that are forwarded to the command.
-pub const FORWARDED: [Signal; 6] = [
+/// The signals that are forwarded to the command. SIGTSTP sent to the wrapper suspends the
+/// command, and the wrapper follows it (child.rs); while waiting for the lock it suspends the
+/// wrapper itself.
+pub const FORWARDED: [Signal; 7] = [
     Signal::SIGINT,
     Signal::SIGTERM,
     Signal::SIGHUP,
     Signal::SIGQUIT,
     Signal::SIGUSR1,
     Signal::SIGUSR2,
+    Signal::SIGTSTP,
 ];
 
 /// The caught signals, as one stream.
@@ -63,11 +66,24 @@ impl Signals {
         }
     }
 
-    /// A signal that has already arrived, without waiting.
+    /// The next signal that ends a wait for the lock. SIGTSTP (Ctrl-Z while the wrapper
+    /// still has the terminal) suspends the wrapper instead, as it would the bare command;
+    /// nothing runs under a lease yet.
+    pub async fn recv_ending(&mut self) -> Signal {
+        loop {
+            let sig = self.recv().await;
+            if sig != Signal::SIGTSTP {
+                return sig;
+            }
+            crate::child::stop_self(sig);
+        }
+    }
+
+    /// A signal that has already arrived and ends the wait, without waiting.
     pub async fn pending(&mut self) -> Option<Signal> {
         tokio::select! {
             biased;
-            sig = self.recv() => Some(sig),
+            sig = self.recv_ending() => Some(sig),
             () = std::future::ready(()) => None,
         }
     }
@@ -82,3 +98,26 @@ fn ignored_at_start(sig: Signal) -> bool {
             && old.sa_sigaction == libc::SIG_IGN
     }
 }
+
+/// Whether SIGPIPE was ignored when the wrapper was executed. Rust's runtime ignores SIGPIPE
+/// before `main`, so by then the inherited disposition is gone; this is read earlier, by a
+/// function the loader runs before the runtime starts (`.init_array`).
+pub fn sigpipe_ignored_at_start() -> bool {
+    SIGPIPE_IGNORED_AT_START.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static SIGPIPE_IGNORED_AT_START: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn record_sigpipe_at_start() {
+    SIGPIPE_IGNORED_AT_START.store(
+        ignored_at_start(Signal::SIGPIPE),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Run by the dynamic loader (or the static start-up code) before `main`, as C constructors
+/// are; it only reads a signal disposition into an atomic.
+#[used]
+#[link_section = ".init_array"]
+static RECORD_SIGPIPE_AT_START: extern "C" fn() = record_sigpipe_at_start;

@@ -83,6 +83,11 @@ pub fn pid_alive(pid: i32) -> bool {
     }
 }
 
+/// The state letter of `pid` (`R`, `S`, `T` stopped, `Z`...), if it exists.
+pub fn process_state(pid: i32) -> Option<char> {
+    proc_stat(pid).map(|(state, _)| state)
+}
+
 /// State letter and start time (field 22) from /proc/PID/stat.
 fn proc_stat(pid: i32) -> Option<(char, u64)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -729,17 +734,24 @@ impl fmt::Display for Outcome {
 }
 
 impl Outcome {
+    /// The exit code as a shell's `$?` shows it: 128+N for a wrapper that ended by signal N
+    /// (it ends by its command's signal, as timeout(1) and sudo do).
     pub fn code(&self) -> Option<i32> {
-        self.status.code()
+        use std::os::unix::process::ExitStatusExt;
+        self.status
+            .code()
+            .or_else(|| self.status.signal().map(|sig| 128 + sig))
     }
 
-    /// Panics unless the wrapper exited with `code`.
+    /// The signal the wrapper ended by, if it did.
+    pub fn signal(&self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        self.status.signal()
+    }
+
+    /// Panics unless the wrapper's `$?` is `code` (128+N also by dying by signal N).
     pub fn expect_code(&self, code: i32) -> &Self {
-        assert_eq!(
-            self.status.code(),
-            Some(code),
-            "expected exit code {code}\n{self}"
-        );
+        assert_eq!(self.code(), Some(code), "expected exit code {code}\n{self}");
         self
     }
 

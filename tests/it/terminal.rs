@@ -129,3 +129,286 @@ fn verbose_messages_do_not_stop_the_wrapper_under_tostop() {
         "terminal showed:\n{shown}"
     );
 }
+
+/// An interactive bash on a pseudo-terminal (script(1)), typed into and read from as a
+/// person would: control characters go through the terminal's line discipline, so Ctrl-C,
+/// Ctrl-Z and Ctrl-\ become signals to its foreground group.
+struct Shell {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    dir: tempfile::TempDir,
+    _guard: PidGuard,
+}
+
+/// The prompt; not something a command here prints or a typed line contains.
+const PROMPT: &str = "PROMPT> ";
+
+impl Shell {
+    fn start(redis: &RedisServer) -> Shell {
+        let dir = scratch();
+        let rc = dir.path().join("bashrc");
+        std::fs::write(&rc, format!("PS1='{PROMPT}'\n")).unwrap();
+        let mut child = Command::new("script")
+            .args([
+                "-qfc",
+                &format!("bash --noprofile --rcfile {} -i", rc.display()),
+                "/dev/null",
+            ])
+            .env("TERM", "dumb")
+            .env("REDLOCK_REDIS", redis.url())
+            .env("RR", wrapper_bin())
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("script(1) from util-linux");
+        let guard = PidGuard::new(child.id() as i32);
+        let input = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = std::sync::Arc::clone(&output);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let shell = Shell {
+            child,
+            input,
+            output,
+            dir,
+            _guard: guard,
+        };
+        shell.wait_for_prompts(1);
+        shell
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn send(&mut self, text: &str) {
+        self.input.write_all(text.as_bytes()).unwrap();
+        self.input.flush().unwrap();
+    }
+
+    fn output(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.output().matches(needle).count()
+    }
+
+    fn wait_for(&self, needle: &str, times: usize) {
+        let ok = poll_until(secs(20), || self.count(needle) >= times);
+        assert!(
+            ok,
+            "no {needle:?} (x{times}) on the terminal:\n{}",
+            self.output()
+        );
+    }
+
+    fn wait_for_prompts(&self, n: usize) {
+        self.wait_for(PROMPT, n);
+    }
+
+    /// Type `line` and wait for the prompt after it.
+    fn run(&mut self, line: &str) {
+        let n = self.count(PROMPT);
+        self.send(&format!("{line}\n"));
+        self.wait_for_prompts(n + 1);
+    }
+}
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn state(pid: i32) -> char {
+    process_state(pid).unwrap_or('-')
+}
+
+/// Ctrl-Z with the command's stdin not the terminal (`</dev/null`): the command must stop
+/// with the wrapper, not run on unlocked; `fg` continues both; Ctrl-C then ends the run as
+/// it would the bare command ($? 130). Once only the wrapper stopped, and after one TTL a
+/// second run got the lock while the first command still ran.
+#[test]
+fn ctrl_z_suspends_the_command_with_the_wrapper_and_fg_resumes_it() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    let prompts = sh.count(PROMPT);
+    sh.send("$RR --key k -- sh -c 'echo $$ > pid; exec sleep 60' </dev/null\n");
+    let child = read_pid_file(&sh.path("pid"), secs(10));
+    let _child_guard = PidGuard::new(child);
+    sh.send("\x1a");
+    sh.wait_for_prompts(prompts + 1);
+    assert!(
+        poll_until(secs(5), || state(child) == 'T'),
+        "the command runs on (state {}) while the job is suspended:\n{}",
+        state(child),
+        sh.output()
+    );
+    assert!(
+        redis.exists("redlock:k"),
+        "the lock of a suspended job is still held"
+    );
+    sh.send("fg\n");
+    assert!(
+        poll_until(secs(5), || matches!(state(child), 'S' | 'R')),
+        "fg did not continue the command (state {}):\n{}",
+        state(child),
+        sh.output()
+    );
+    let prompts = sh.count(PROMPT);
+    sh.send("\x03");
+    sh.wait_for_prompts(prompts + 1);
+    sh.run("echo rc=$?");
+    assert!(sh.output().contains("rc=130"), "{}", sh.output());
+    assert!(!pid_alive(child));
+    assert!(!redis.exists("redlock:k"), "released after Ctrl-C");
+}
+
+/// A job suspended longer than its lease: the lock expires while both are stopped (the
+/// wrapper renews nothing), and `fg` must not let the command run on: it is stopped and the
+/// run exits 74.
+#[test]
+fn a_job_suspended_past_its_lease_is_stopped_on_fg() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    let prompts = sh.count(PROMPT);
+    sh.send("$RR --key k --ttl 2s -- sh -c 'echo $$ > pid; exec sleep 60'\n");
+    let child = read_pid_file(&sh.path("pid"), secs(10));
+    let _child_guard = PidGuard::new(child);
+    sh.send("\x1a");
+    sh.wait_for_prompts(prompts + 1);
+    assert!(
+        poll_until(secs(5), || state(child) == 'T'),
+        "{}",
+        sh.output()
+    );
+    wait_until(secs(10), "the suspended job's lock to expire", || {
+        !redis.exists("redlock:k")
+    });
+    sh.run("fg");
+    sh.run("echo rc=$?");
+    assert!(sh.output().contains("rc=74"), "{}", sh.output());
+    assert!(
+        !pid_alive(child),
+        "the command ran on after fg:\n{}",
+        sh.output()
+    );
+}
+
+/// A background job whose command reads the terminal is stopped by SIGTTIN; the wrapper
+/// follows, so the shell shows the job stopped and `fg` gives the command the terminal.
+#[test]
+fn a_background_job_reading_the_terminal_stops_and_fg_feeds_it() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    sh.run("set -b");
+    sh.send("$RR --key k -c 'read x; echo got-$x-ok' &\n");
+    sh.wait_for("Stopped", 1);
+    let prompts = sh.count(PROMPT);
+    sh.send("fg\n");
+    std::thread::sleep(ms(300));
+    sh.send("hello\n");
+    sh.wait_for("got-hello-ok", 1);
+    sh.wait_for_prompts(prompts + 1);
+    sh.run("echo rc=$?");
+    assert!(sh.output().contains("rc=0"), "{}", sh.output());
+    assert!(!redis.exists("redlock:k"));
+}
+
+/// Ctrl-C in a shell loop ends the loop, as with the bare command: the wrapper ends by the
+/// command's SIGINT, which bash takes as the user's interrupt. Both in the interactive shell
+/// and in a script it runs.
+#[test]
+fn ctrl_c_ends_a_shell_loop_of_runs() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    for (n, runner) in [("1", ""), ("2", "bash -c ")].iter() {
+        let pidfile = format!("pid{n}");
+        let body = format!(
+            "for i in 1 2 3; do $RR --key k -- sh -c 'echo $$ > {pidfile}; exec sleep 30'; \
+             echo next-$((i*{n}0)); done; echo LOOP$((4*{n}))END"
+        );
+        let line = if runner.is_empty() {
+            body
+        } else {
+            format!("{runner}\"{}\"", body.replace('$', "\\$"))
+        };
+        let prompts = sh.count(PROMPT);
+        sh.send(&format!("{line}\n"));
+        let child = read_pid_file(&sh.path(&pidfile), secs(10));
+        let _child_guard = PidGuard::new(child);
+        sh.send("\x03");
+        sh.wait_for_prompts(prompts + 1);
+        let shown = sh.output();
+        let ten = format!("next-{n}0");
+        let end = format!("LOOP{}END", 4 * n.parse::<i32>().unwrap());
+        assert!(
+            !shown.contains(&ten) && !shown.contains(&end),
+            "Ctrl-C did not end the loop ({runner:?}):\n{shown}"
+        );
+        assert!(!pid_alive(child));
+    }
+    assert!(!redis.exists("redlock:k"));
+}
+
+/// Ctrl-\ reaches the command (it dies by SIGQUIT) and the wrapper ends the same way: $? 131.
+#[test]
+fn ctrl_backslash_quits_like_the_bare_command() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    let prompts = sh.count(PROMPT);
+    sh.send("$RR --key k -- sh -c 'echo $$ > pid; exec sleep 30'\n");
+    let child = read_pid_file(&sh.path("pid"), secs(10));
+    let _child_guard = PidGuard::new(child);
+    sh.send("\x1c");
+    sh.wait_for_prompts(prompts + 1);
+    sh.run("echo rc=$?");
+    assert!(sh.output().contains("rc=131"), "{}", sh.output());
+    assert!(!redis.exists("redlock:k"));
+}
+
+/// Ctrl-Z while a script runs the wrapper: the script, the wrapper and the command all stop
+/// (the shell gets its prompt back), and `fg` continues them all, as with the bare command.
+#[test]
+fn ctrl_z_stops_a_script_that_runs_the_wrapper() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    let prompts = sh.count(PROMPT);
+    sh.send(
+        "bash -c \"\\$RR --key k -- sh -c 'echo \\$\\$ > pid; exec sleep 60'; echo after-\\$((1+1))\"\n",
+    );
+    let child = read_pid_file(&sh.path("pid"), secs(10));
+    let _child_guard = PidGuard::new(child);
+    sh.send("\x1a");
+    sh.wait_for_prompts(prompts + 1);
+    assert!(
+        poll_until(secs(5), || state(child) == 'T'),
+        "{}",
+        sh.output()
+    );
+    sh.send("fg\n");
+    assert!(
+        poll_until(secs(5), || matches!(state(child), 'S' | 'R')),
+        "{}",
+        sh.output()
+    );
+    let prompts = sh.count(PROMPT);
+    sh.send("\x03");
+    sh.wait_for_prompts(prompts + 1);
+    assert!(!sh.output().contains("after-2"), "{}", sh.output());
+    assert!(!redis.exists("redlock:k"));
+}
