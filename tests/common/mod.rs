@@ -438,6 +438,8 @@ pub struct Wrapper {
     stdin: Option<Vec<u8>>,
     /// `ulimit -n` for the wrapper.
     nofile: Option<u64>,
+    /// Run this `sh -c` script instead of the wrapper itself (it execs the wrapper).
+    shell: Option<String>,
 }
 
 impl Wrapper {
@@ -513,7 +515,14 @@ impl Wrapper {
             .expect("tempdir for output");
         let out_path = out_dir.path().join("stdout");
         let err_path = out_dir.path().join("stderr");
-        let mut cmd = Command::new(wrapper_bin());
+        let mut cmd = match &self.shell {
+            Some(script) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", script]);
+                sh
+            }
+            None => Command::new(wrapper_bin()),
+        };
         cmd.args(&self.args);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("REDLOCK_") {
@@ -573,6 +582,13 @@ impl Wrapper {
             _out_dir: out_dir,
             guards: Vec::new(),
         }
+    }
+
+    /// Runs `sh -c script` (which execs the wrapper itself) to completion, with this
+    /// builder's environment, directory and output capture.
+    pub fn run_via_shell(mut self, script: &str) -> Outcome {
+        self.shell = Some(script.to_owned());
+        self.run()
     }
 
     /// Runs to completion (bounded by [`RUN_TIMEOUT`]).

@@ -206,3 +206,33 @@ fn sigterm_while_waiting_for_the_lock_exits_143() {
 fn sigint_while_waiting_for_the_lock_exits_130() {
     signal_while_waiting(Signal::SIGINT, 130);
 }
+
+/// A signal ignored when the wrapper started stays ignored for the command, as if it ran
+/// directly: SIGPIPE too (std's spawn resets it to the default, and Rust ignores it in the
+/// wrapper before `main`).
+#[test]
+fn an_ignored_sigpipe_stays_ignored_for_the_command() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    const SIGPIPE_BIT: u64 = 1 << (13 - 1);
+    let mut seen = Vec::new();
+    for trap in ["trap '' PIPE; ", ""] {
+        let script = format!(
+            "{trap}exec {} --redis {} --key k -- sh -c 'grep SigIgn /proc/self/status > ignored'",
+            wrapper_bin(),
+            redis.url()
+        );
+        let out = Wrapper::new()
+            .current_dir(dir.path())
+            .run_via_shell(&script);
+        out.expect_code(0);
+        let line = std::fs::read_to_string(dir.path().join("ignored")).unwrap();
+        let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
+        seen.push(mask & SIGPIPE_BIT != 0);
+    }
+    assert_eq!(
+        seen,
+        [true, false],
+        "SIGPIPE ignored for the command: with trap, without"
+    );
+}
