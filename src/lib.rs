@@ -101,7 +101,7 @@ fn die_by(sig: i32, to_group: bool) {
 
 fn parse_and_run() -> End {
     if let Err(msg) = enough_file_descriptors() {
-        eprintln!("redlock-run: {msg}");
+        early_reporter().error("internal", msg);
         return exit::SOFTWARE.into();
     }
     let cli = match Cli::try_parse() {
@@ -181,10 +181,35 @@ fn clap_error(err: &clap::Error) -> u8 {
         _ => {
             let text = err.render().to_string();
             let first = text.lines().next().unwrap_or("error: bad usage");
-            eprintln!("redlock-run: {first}{}", from_environment(err));
+            early_reporter().error("usage", format_args!("{first}{}", from_environment(err)));
             exit::USAGE
         }
     }
+}
+
+/// A reporter for errors found before the arguments could be parsed: JSON if the command
+/// line or the environment asks for it (every message is then one JSON object), else text.
+fn early_reporter() -> Reporter {
+    let args: Vec<String> = std::env::args().collect();
+    let from_args = args.iter().enumerate().find_map(|(i, a)| {
+        if a == "--" {
+            return Some(None);
+        }
+        if let Some(v) = a.strip_prefix("--log-format=") {
+            return Some(Some(v.to_owned()));
+        }
+        (a == "--log-format").then(|| args.get(i + 1).cloned())
+    });
+    let format = match from_args.flatten() {
+        Some(v) => v,
+        None => std::env::var("REDLOCK_LOG_FORMAT").unwrap_or_default(),
+    };
+    let format = if format.trim().eq_ignore_ascii_case("json") {
+        cli::LogFormat::Json
+    } else {
+        cli::LogFormat::Text
+    };
+    Reporter::new(format, false, false)
 }
 
 /// When the value clap refused came from a `REDLOCK_*` variable rather than the command line,

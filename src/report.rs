@@ -90,11 +90,25 @@ impl Reporter {
         }
     }
 
-    /// The lock stayed busy: silent under --quiet.
+    /// The lock stayed busy: a warning (for cron it is the expected outcome on all hosts but
+    /// one, not a failure), silent under --quiet.
     pub fn busy(&self, msg: impl Display) {
         if !self.quiet {
-            self.emit(Level::Error, "busy", &msg.to_string());
+            self.emit(Level::Warn, "busy", &msg.to_string());
         }
+    }
+
+    /// Worth a line even without --verbose (the start of a wait in a CI log); silent under
+    /// --quiet, and left to the live line on a terminal.
+    pub fn notice(&self, event: &str, msg: impl Display) {
+        if !self.quiet && !self.live {
+            self.emit(Level::Info, event, &msg.to_string());
+        }
+    }
+
+    /// Whether a live line is drawn (stderr is a terminal, text format, not --quiet).
+    pub fn is_live(&self) -> bool {
+        self.live
     }
 
     /// Redraw the one live line shown while waiting for a busy lock. Only on a terminal.

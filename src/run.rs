@@ -37,6 +37,9 @@ use crate::signals::Signals;
 /// a system suspend; waking at least this often bounds how late a suspend is noticed.
 const MAX_NAP: Duration = Duration::from_millis(200);
 
+/// With -v, how often a wait that goes on is logged (stderr not a terminal).
+const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);
+
 /// Pause between renewal attempts after a failed one.
 const RENEW_RETRY: Duration = Duration::from_millis(100);
 
@@ -214,6 +217,8 @@ async fn acquire<L: Lock>(
     // as soon as the holder releases, instead of at the next poll.
     let mut notices = None;
     let mut subscribed = false;
+    // When the last "waiting" line went to a log (stderr not a terminal).
+    let mut last_logged: Option<Stamp> = None;
     let result = loop {
         // Never cancelled by a signal: the backend must see its attempt through (and take
         // back a write whose reply was lost). A signal is looked at after the reply.
@@ -256,6 +261,29 @@ async fn acquire<L: Lock>(
                     now.since(started),
                     cfg.wait,
                 ));
+                // In a log (CI, cron mail) one line says the wait began, and with -v one
+                // every WAIT_LOG_EVERY says it goes on.
+                match last_logged {
+                    None => {
+                        report.notice(
+                            "waiting",
+                            wait_started_message(lock.name(), &holder, cfg.wait),
+                        );
+                        last_logged = Some(now);
+                    }
+                    Some(at) if now.since(at) >= WAIT_LOG_EVERY && !report.is_live() => {
+                        report.info(
+                            "waiting",
+                            format!(
+                                "still waiting for {} after {}",
+                                lock.name(),
+                                show_secs(now.since(started))
+                            ),
+                        );
+                        last_logged = Some(now);
+                    }
+                    Some(_) => {}
+                }
                 if !subscribed {
                     subscribed = true;
                     // Bounded by the wait left, and ended by a signal like any wait.
@@ -779,6 +807,27 @@ fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) ->
     )
 }
 
+/// Where a wait begins, for a log: who holds the lock, since when, and how long we wait.
+fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> String {
+    let mut who = String::new();
+    if let (Some(host), Some(pid)) = (&holder.host, holder.pid) {
+        who.push_str(&format!(" by {host} pid {pid}"));
+    }
+    if let Some(ms) = holder.acquired_ms {
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+        who.push_str(&format!(" since {}", humantime::format_rfc3339_seconds(at)));
+    }
+    let ttl = match holder.ttl_ms {
+        Some(ms) => format!("{} left on its lease", show_ms(Duration::from_millis(ms))),
+        None => "no TTL".to_owned(),
+    };
+    let limit = match wait {
+        Wait::Forever => "with no limit".to_owned(),
+        Wait::For(d) => format!("up to {}", show(d)),
+    };
+    format!("lock {key} is held{who} ({ttl}); waiting {limit}")
+}
+
 fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
     let who = match (&holder.host, holder.pid) {
         (Some(host), Some(pid)) => format!(" by {host} pid {pid}"),
@@ -921,6 +970,7 @@ mod tests {
             ttl_ms: Some(1500),
             host: Some("web1".into()),
             pid: Some(42),
+            acquired_ms: Some(0),
         };
         assert_eq!(
             busy_message("redlock:k", &holder, Wait::For(Duration::ZERO)),
@@ -928,6 +978,11 @@ mod tests {
         );
         let foreign = Holder::default();
         assert!(busy_message("k", &foreign, Wait::For(Duration::from_secs(2))).contains("no TTL"));
+        assert_eq!(
+            wait_started_message("redlock:k", &holder, Wait::For(Duration::from_secs(600))),
+            "lock redlock:k is held by web1 pid 42 since 1970-01-01T00:00:00Z (1s 500ms left \
+             on its lease); waiting up to 10m"
+        );
     }
 
     #[test]

@@ -130,6 +130,8 @@ pub struct Holder {
     /// Host and pid of a redlock-run holder; `None` for a foreign value.
     pub host: Option<String>,
     pub pid: Option<u32>,
+    /// When the holder acquired it (ms since the epoch, server clock).
+    pub acquired_ms: Option<u64>,
 }
 
 /// What `release` found.

@@ -248,3 +248,64 @@ fn verbose_announces_the_command_before_its_output() {
     );
     out.expect_stderr_contains(") exited with 3");
 }
+
+/// Waiting with stderr not a terminal (a CI log): one line says the wait began, who holds
+/// the lock and how long the wait may take; `-q` keeps it quiet. Once nothing was printed
+/// until the lock was acquired, even with -v.
+#[test]
+fn a_wait_in_a_log_is_announced_once() {
+    let redis = RedisServer::start();
+    redis.cli(&["SET", "redlock:k", "someone", "PX", "1500"]);
+    let out = Wrapper::on(&redis, "k")
+        .args(["--wait", "10s", "--", "true"])
+        .run();
+    out.expect_code(0);
+    let line = out.expect_one_line();
+    assert!(
+        line.contains("lock redlock:k is held") && line.contains("waiting up to 10s"),
+        "{out}"
+    );
+    redis.cli(&["SET", "redlock:k", "someone", "PX", "1500"]);
+    let quiet = Wrapper::on(&redis, "k")
+        .args(["-q", "--wait", "10s", "--", "true"])
+        .run();
+    quiet.expect_code(0);
+    assert_eq!(quiet.stderr, "", "{quiet}");
+}
+
+/// With `--log-format json` every message is one JSON object, usage errors included; a busy
+/// lock is a warning (for cron it is the expected outcome), not an error.
+#[test]
+fn json_mode_covers_usage_errors_and_logs_busy_as_a_warning() {
+    let redis = RedisServer::start();
+    let usage = Wrapper::on(&redis, "k")
+        .args(["--log-format", "json", "--ttl", "abc", "--", "true"])
+        .run();
+    usage.expect_code(2);
+    let line = only_line(&usage);
+    assert!(
+        line.starts_with('{') && json_field(line, "event") == "\"usage\"",
+        "{usage}"
+    );
+    let env_usage = Wrapper::on(&redis, "k")
+        .env("REDLOCK_LOG_FORMAT", "json")
+        .arg("--no-such-flag")
+        .run();
+    env_usage.expect_code(2);
+    assert!(only_line(&env_usage).starts_with('{'), "{env_usage}");
+
+    redis.cli(&["SET", "redlock:k", "someone", "PX", "60000"]);
+    let busy = Wrapper::on(&redis, "k")
+        .args(["--log-format", "json", "--", "true"])
+        .run();
+    busy.expect_code(75);
+    let line = only_line(&busy);
+    assert_eq!(json_field(line, "level"), "\"warn\"", "{busy}");
+    assert_eq!(json_field(line, "event"), "\"busy\"", "{busy}");
+}
+
+fn only_line(out: &Outcome) -> &str {
+    let lines = out.stderr_lines();
+    assert_eq!(lines.len(), 1, "one line expected\n{out}");
+    lines[0]
+}

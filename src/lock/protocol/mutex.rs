@@ -106,7 +106,7 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `{1, fence}` when acquired, `{0, pttl, host, pid}` when busy.
+/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy.
 pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = reply else {
         return None;
@@ -122,10 +122,12 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
             };
             let host = items.get(2).and_then(text).filter(|s| !s.is_empty());
             let pid = items.get(3).and_then(text).and_then(|s| s.parse().ok());
+            let acquired_ms = items.get(4).and_then(text).and_then(|s| s.parse().ok());
             Some(AcquireReply::Busy(Holder {
                 ttl_ms: u64::try_from(pttl).ok(),
                 host,
                 pid,
+                acquired_ms,
             }))
         }
         _ => None,
@@ -220,13 +222,15 @@ mod tests {
             Value::Int(1500),
             bulk("web1"),
             bulk("42"),
+            bulk("1796235611000"),
         ]);
         assert_eq!(
             parse_acquire(&busy),
             Some(AcquireReply::Busy(Holder {
                 ttl_ms: Some(1500),
                 host: Some("web1".into()),
-                pid: Some(42)
+                pid: Some(42),
+                acquired_ms: Some(1796235611000),
             }))
         );
         let foreign = Value::Array(vec![Value::Int(0), Value::Int(-1), bulk(""), bulk("")]);

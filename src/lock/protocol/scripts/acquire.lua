@@ -1,7 +1,7 @@
 -- Take the lock if it is free, in one atomic step: SET with a TTL, a new fence, holder info.
 -- KEYS: lock, fence counter, holder hash.
 -- ARGV: token, ttl ms, fence counter ttl ms, host, pid, command.
--- Returns {1, fence} when acquired, {0, pttl, host, pid} when busy.
+-- Returns {1, fence} when acquired, {0, pttl, host, pid, acquired_ms} when busy.
 -- Every check that can fail runs before the first write: a script that errors half-way
 -- would otherwise leave a lock behind that nobody knows it holds.
 local lock, fence_key, holder = KEYS[1], KEYS[2], KEYS[3]
@@ -17,12 +17,12 @@ if kind ~= 'none' then
   if redis.call('GET', lock) ~= token then
     -- Report who holds it, but only if the holder info belongs to the current value:
     -- a lock taken by another client on a raw key has no (or stale) holder info.
-    local host, pid = '', ''
-    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid')
+    local host, pid, since = '', '', ''
+    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms')
     if type(info) == 'table' and not info.err and info[1] == redis.call('GET', lock) then
-      host, pid = info[2] or '', info[3] or ''
+      host, pid, since = info[2] or '', info[3] or '', info[4] or ''
     end
-    return {0, redis.call('PTTL', lock), host, pid}
+    return {0, redis.call('PTTL', lock), host, pid, since}
   end
 end
 
