@@ -40,6 +40,7 @@ fn man_page_has_the_sections_an_operator_needs() {
         ".SH \"EXIT STATUS\"",
         ".SH ENVIRONMENT",
         ".SH \"GUARANTEES AND LIMITS\"",
+        r#".SH "CHOOSING \-\-TTL, \-\-HEARTBEAT AND \-\-GRACE""#,
         "REDLOCK_FENCE",
         "REDLOCK_TTL",
         "PR_SET_PDEATHSIG",
