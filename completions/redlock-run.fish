@@ -7,6 +7,8 @@ function __fish_redlock_run_needs_command
     # Figure out if the current invocation already has a command.
     set -l cmd (commandline -opc)
     set -e cmd[1]
+    # After `--` the words are the command's, not redlock-run's.
+    contains -- -- $cmd; and return 1
     argparse -s (__fish_redlock_run_global_optspecs) -- $cmd 2>/dev/null
     or return
     if set -q argv[1]
@@ -25,34 +27,34 @@ function __fish_redlock_run_using_subcommand
 end
 
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s k -l key -d 'Lock name; the Redis key is PREFIX + KEY' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS) or unix:///path' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -l password-file -d 'Read the Redis password from FILE (keeps it out of `ps`); overrides one in the URL' -r -F
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -l prefix -d 'Prefix of the Redis key. \'\' uses KEY as it is, so clients that lock the same key with SET NX (e.g. redis-py\'s Lock) and redlock-run exclude each other' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -l connect-timeout -d 'Bound on connecting to Redis and on each command\'s reply' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s t -l ttl -d 'Lease length; a holder that dies frees the lock within this time' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -l heartbeat -d 'Renewal interval [default: ttl/3]; must be shorter than --ttl' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'How long to wait for a busy lock: 0 tries once, \'forever\' (or \'inf\') waits without limit' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s E -l conflict-exit-code -d 'Exit code when the lock stays busy' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -l grace -d 'Time between SIGTERM and SIGKILL when the command must be stopped [default: 10s, at most ttl/3]; must be shorter than --ttl' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l connect-timeout -d 'Bound on connecting to Redis (the whole start) and on each reply' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s t -l ttl -d 'Lease length: a holder that dies frees the lock within it' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l heartbeat -d 'Renewal interval [default: ttl/3]' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'Wait up to DUR for a busy lock: 0 tries once, forever (or inf) has no limit' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s E -l conflict-exit-code -d 'Exit code for a busy lock' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l grace -d 'SIGTERM to SIGKILL when the command must stop [default: 10s, at most ttl/3]' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l max-runtime -d 'Stop the command after DUR (SIGTERM, SIGKILL after --grace) and exit 124' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -l hold-at-least -d 'Keep the lock until DUR after the acquire even if the command ends sooner, so cron runs of the same job on hosts with skewed clocks do not run it twice' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -l min-replicas -d 'Require N replicas to acknowledge the acquire and each renewal (Redis WAIT)' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l hold-at-least -d 'Keep the lock DUR after the acquire even if the command ends sooner (cron on hosts with skewed clocks)' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l min-replicas -d 'Replicas that must acknowledge the acquire and each renewal (Redis WAIT)' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l replica-timeout -d 'How long to wait for --min-replicas acknowledgements' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s c -l command -d 'Run SHELL_STRING with /bin/sh -c instead of COMMAND' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -l log-format -d 'Format of the messages on stderr' -r -f -a "text\t'One `redlock-run: ...` line a message'
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s c -l command -d 'Run SHELL_STRING with /bin/sh -c instead of a COMMAND after --' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l log-format -d 'Format of the messages on stderr' -r -f -a "text\t'One "redlock-run: ..." line a message'
 json\t'One JSON object a line'"
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s q -l quiet -d 'Print nothing for a busy lock'
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s v -l verbose -d 'Report acquire time, renewals and the release outcome'
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s v -l verbose -d 'Report the acquire, renewals and the release'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s V -l version -d 'Print version'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "status" -d 'Tell who holds a lock: host, pid, command, age, TTL left, fence'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s k -l key -d 'Lock name; the Redis key is PREFIX + KEY' -r
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS) or unix:///path' -r
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (keeps it out of `ps`); overrides one in the URL' -r -F
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l prefix -d 'Prefix of the Redis key. \'\' uses KEY as it is, so clients that lock the same key with SET NX (e.g. redis-py\'s Lock) and redlock-run exclude each other' -r
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l connect-timeout -d 'Bound on connecting to Redis and on each command\'s reply' -r
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l log-format -d 'Format of the messages on stderr' -r -f -a "text\t'One `redlock-run: ...` line a message'
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l connect-timeout -d 'Bound on connecting to Redis (the whole start) and on each reply' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l log-format -d 'Format of the messages on stderr' -r -f -a "text\t'One "redlock-run: ..." line a message'
 json\t'One JSON object a line'"
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l json -d 'Print one JSON object instead of text'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'

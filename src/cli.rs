@@ -1,7 +1,7 @@
 //! The command line, and nothing else.
 //!
 //! This module imports only clap and std so that the completion and man page generator
-//! (`src/bin/gen-docs.rs`) can build it without tokio or redis. Checks that need more than
+//! (`examples/gen-docs.rs`) can build it without tokio or redis. Checks that need more than
 //! one flag (heartbeat against ttl, ...) live in `config.rs`.
 
 use std::ffi::OsString;
@@ -12,6 +12,17 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 /// Exit code when the lock stays busy (sysexits EX_TEMPFAIL).
 pub const EXIT_BUSY: u8 = 75;
+
+/// The usage line of `--help`, one form a line (the man page's SYNOPSIS is made from it too):
+/// a command after `--`, a shell string, and `status`. Lines after the first are indented
+/// under clap's `Usage: `.
+pub const USAGE: &str = "\
+redlock-run [OPTIONS] --key <KEY> -- <COMMAND> [ARGS]...
+       redlock-run [OPTIONS] --key <KEY> -c <SHELL_STRING>
+       redlock-run status [OPTIONS] --key <KEY> [--json]";
+
+/// The usage line of `status --help`.
+pub const STATUS_USAGE: &str = "redlock-run status [OPTIONS] --key <KEY> [--json]";
 
 /// Usage examples, shared by `--help` and the man page: (comment, command).
 pub const EXAMPLES: &[(&str, &str)] = &[
@@ -93,6 +104,7 @@ fn after_long_help() -> String {
 #[command(
     name = "redlock-run",
     version,
+    override_usage = USAGE,
     after_long_help = after_long_help(),
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
@@ -115,6 +127,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Sub {
     /// Tell who holds a lock: host, pid, command, age, TTL left, fence.
+    ///
+    /// Only reads. Exits 0 whether the lock is held or free, and 69 when Redis cannot be
+    /// reached.
+    #[command(override_usage = STATUS_USAGE)]
     Status(StatusArgs),
 }
 
@@ -131,12 +147,14 @@ pub struct StatusArgs {
 
 /// Where the lock lives. Shared by the run and `status`.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Lock and Redis")]
 pub struct ConnArgs {
     /// Lock name; the Redis key is PREFIX + KEY.
     #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY")]
     pub key: Option<String>,
 
-    /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS) or unix:///path.
+    /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://,
+    /// unix:///path.
     #[arg(
         short,
         long,
@@ -147,12 +165,12 @@ pub struct ConnArgs {
     )]
     pub redis: String,
 
-    /// Read the Redis password from FILE (keeps it out of `ps`); overrides one in the URL.
+    /// Read the Redis password from FILE (keeps it out of ps); wins over the URL's.
     #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "FILE")]
     pub password_file: Option<PathBuf>,
 
-    /// Prefix of the Redis key. '' uses KEY as it is, so clients that lock the same key with
-    /// SET NX (e.g. redis-py's Lock) and redlock-run exclude each other.
+    /// Prefix of the Redis key; '' uses KEY as it is (to share a lock with other SET NX
+    /// clients).
     #[arg(
         long,
         env = "REDLOCK_PREFIX",
@@ -161,7 +179,7 @@ pub struct ConnArgs {
     )]
     pub prefix: String,
 
-    /// Bound on connecting to Redis and on each command's reply.
+    /// Bound on connecting to Redis (the whole start) and on each reply.
     #[arg(long, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", default_value = "5s",
           value_parser = parse_duration)]
     pub connect_timeout: Duration,
@@ -169,43 +187,46 @@ pub struct ConnArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Lease length; a holder that dies frees the lock within this time.
+    /// Lease length: a holder that dies frees the lock within it.
     #[arg(short, long, env = "REDLOCK_TTL", value_name = "DUR", default_value = "30s",
-          value_parser = parse_duration)]
+          value_parser = parse_duration, help_heading = "Lease")]
     pub ttl: Duration,
 
-    /// Renewal interval [default: ttl/3]; must be shorter than --ttl.
-    #[arg(long, env = "REDLOCK_HEARTBEAT", value_name = "DUR", value_parser = parse_duration)]
+    /// Renewal interval [default: ttl/3].
+    #[arg(long, env = "REDLOCK_HEARTBEAT", value_name = "DUR", value_parser = parse_duration,
+          help_heading = "Lease")]
     pub heartbeat: Option<Duration>,
 
-    /// How long to wait for a busy lock: 0 tries once, 'forever' (or 'inf') waits without
-    /// limit.
+    /// Wait up to DUR for a busy lock: 0 tries once, forever (or inf) has no limit.
     #[arg(short, long, env = "REDLOCK_WAIT", value_name = "DUR|forever", default_value = "0",
-          value_parser = parse_wait)]
+          value_parser = parse_wait, help_heading = "Busy lock")]
     pub wait: Wait,
 
-    /// Exit code when the lock stays busy.
+    /// Exit code for a busy lock.
     #[arg(short = 'E', long, env = "REDLOCK_CONFLICT_EXIT_CODE", value_name = "N",
-          default_value_t = EXIT_BUSY)]
+          default_value_t = EXIT_BUSY, help_heading = "Busy lock")]
     pub conflict_exit_code: u8,
 
-    /// Time between SIGTERM and SIGKILL when the command must be stopped
-    /// [default: 10s, at most ttl/3]; must be shorter than --ttl.
-    #[arg(long, env = "REDLOCK_GRACE", value_name = "DUR", value_parser = parse_duration)]
+    /// SIGTERM to SIGKILL when the command must stop [default: 10s, at most ttl/3].
+    #[arg(long, env = "REDLOCK_GRACE", value_name = "DUR", value_parser = parse_duration,
+          help_heading = "Lease")]
     pub grace: Option<Duration>,
 
     /// Stop the command after DUR (SIGTERM, SIGKILL after --grace) and exit 124.
-    #[arg(long, env = "REDLOCK_MAX_RUNTIME", value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, env = "REDLOCK_MAX_RUNTIME", value_name = "DUR", value_parser = parse_duration,
+          help_heading = "Command")]
     pub max_runtime: Option<Duration>,
 
-    /// Keep the lock until DUR after the acquire even if the command ends sooner, so cron
-    /// runs of the same job on hosts with skewed clocks do not run it twice.
-    #[arg(long, env = "REDLOCK_HOLD_AT_LEAST", value_name = "DUR", value_parser = parse_duration)]
+    /// Keep the lock DUR after the acquire even if the command ends sooner (cron on hosts
+    /// with skewed clocks).
+    #[arg(long, env = "REDLOCK_HOLD_AT_LEAST", value_name = "DUR", value_parser = parse_duration,
+          help_heading = "Lease")]
     pub hold_at_least: Option<Duration>,
 
-    /// Require N replicas to acknowledge the acquire and each renewal (Redis WAIT).
+    /// Replicas that must acknowledge the acquire and each renewal (Redis WAIT).
     #[arg(
         long,
+        help_heading = "Lease",
         env = "REDLOCK_MIN_REPLICAS",
         value_name = "N",
         default_value_t = 0
@@ -214,35 +235,37 @@ pub struct RunArgs {
 
     /// How long to wait for --min-replicas acknowledgements.
     #[arg(long, env = "REDLOCK_REPLICA_TIMEOUT", value_name = "DUR", default_value = "1s",
-          value_parser = parse_duration)]
+          value_parser = parse_duration, help_heading = "Lease")]
     pub replica_timeout: Duration,
 
-    /// Run SHELL_STRING with /bin/sh -c instead of COMMAND.
+    /// Run SHELL_STRING with /bin/sh -c instead of a COMMAND after --.
     // No environment variable: the command is not a setting, and one inherited by a job that
     // itself calls redlock-run would clash with that call's own command.
     #[arg(
         short = 'c',
         long = "command",
+        help_heading = "Command",
         value_name = "SHELL_STRING",
         conflicts_with = "command"
     )]
     pub shell: Option<String>,
 
-    /// The command to run, after `--`.
-    #[arg(value_name = "COMMAND", trailing_var_arg = true,
+    /// The command to run and its arguments, after --.
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, help_heading = "Command",
           action = ArgAction::Append)]
     pub command: Vec<OsString>,
 }
 
 /// Messages on stderr. `--log-format` applies to `status` too; `-q` and `-v` only to a run.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Messages")]
 pub struct OutputArgs {
     /// Print nothing for a busy lock.
     #[arg(short, long, env = "REDLOCK_QUIET", action = ArgAction::SetTrue,
           value_parser = parse_switch)]
     pub quiet: bool,
 
-    /// Report acquire time, renewals and the release outcome.
+    /// Report the acquire, renewals and the release.
     #[arg(short, long, env = "REDLOCK_VERBOSE", action = ArgAction::SetTrue,
           value_parser = parse_switch)]
     pub verbose: bool,
@@ -252,6 +275,7 @@ pub struct OutputArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Messages")]
 pub struct FormatArgs {
     /// Format of the messages on stderr.
     #[arg(
@@ -266,7 +290,7 @@ pub struct FormatArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
-    /// One `redlock-run: ...` line a message.
+    /// One "redlock-run: ..." line a message.
     Text,
     /// One JSON object a line.
     Json,
@@ -331,6 +355,79 @@ mod tests {
             }
         }
         check(&Cli::command());
+    }
+
+    /// The usage tells a run from `status`: `--key`, `--` before the command, the `-c` form
+    /// and the subcommand, instead of one `[COMMAND]` standing for both.
+    #[test]
+    fn help_usage_shows_the_command_after_double_dash_and_status() {
+        let long = Cli::command().render_long_help().to_string();
+        let usage: Vec<&str> = long
+            .lines()
+            .skip_while(|l| !l.starts_with("Usage: "))
+            .take_while(|l| !l.trim().is_empty())
+            .collect();
+        assert!(
+            usage.first().is_some_and(
+                |l| l.ends_with("redlock-run [OPTIONS] --key <KEY> -- <COMMAND> [ARGS]...")
+            ),
+            "{usage:#?}"
+        );
+        assert!(
+            usage
+                .iter()
+                .any(|l| l.contains("--key <KEY> -c <SHELL_STRING>")),
+            "{usage:#?}"
+        );
+        assert!(
+            usage.iter().any(|l| l.contains("redlock-run status ")),
+            "{usage:#?}"
+        );
+        assert!(!long.contains("[COMMAND]\n"), "{long}");
+        let short = Cli::command().render_help().to_string();
+        assert!(short.contains("-- <COMMAND> [ARGS]..."), "{short}");
+
+        let mut cmd = Cli::command();
+        let status = cmd.find_subcommand_mut("status").unwrap();
+        let status_help = status.render_long_help().to_string();
+        assert!(
+            status_help.contains("Usage: redlock-run status [OPTIONS] --key <KEY> [--json]"),
+            "{status_help}"
+        );
+    }
+
+    /// `--help` is complete (every option, with its variable) and grouped under headings;
+    /// `-h` stays the short form, one line or so an option.
+    #[test]
+    fn help_lists_every_option_under_a_heading() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let long = cmd.render_long_help().to_string();
+        for arg in cmd.get_arguments().filter(|a| !a.is_positional()) {
+            let long_name = format!("--{}", arg.get_long().unwrap());
+            assert!(long.contains(&long_name), "--help lacks {long_name}");
+            if let Some(env) = arg.get_env() {
+                let env = env.to_string_lossy();
+                assert!(long.contains(&*env), "--help lacks {env}");
+            }
+        }
+        for heading in [
+            "Lock and Redis:",
+            "Lease:",
+            "Busy lock:",
+            "Command:",
+            "Messages:",
+        ] {
+            assert!(
+                long.lines().any(|l| l == heading),
+                "--help has no {heading}"
+            );
+        }
+        let short = cmd.render_help().to_string();
+        assert!(
+            short.lines().count() * 2 < long.lines().count(),
+            "-h is not much shorter than --help:\n{short}"
+        );
     }
 
     #[test]

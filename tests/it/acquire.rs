@@ -143,7 +143,13 @@ fn busy_with_wait_gives_up_after_the_wait() {
         .current_dir(dir.path())
         .run();
     out.expect_code(75);
-    out.expect_one_line();
+    out.expect_all_lines_prefixed();
+    // In a log: one line when the wait begins, one when it gives up.
+    let lines = out.stderr_lines();
+    assert!(
+        lines.len() == 2 && lines[0].contains("waiting up to") && lines[1].contains("is busy"),
+        "{out}"
+    );
     assert!(out.elapsed >= ms(300), "gave up before --wait 300ms\n{out}");
     assert!(
         out.elapsed < secs(10),

@@ -1,4 +1,5 @@
-//! The committed completions and man page must match what the clap definition generates now.
+//! The committed completions and man page must match what the clap definition generates now,
+//! and the man page must document what the program does.
 
 #[path = "../../examples/gen-docs.rs"]
 #[allow(dead_code)]
@@ -39,12 +40,125 @@ fn man_page_has_the_sections_an_operator_needs() {
         ".SH \"EXIT STATUS\"",
         ".SH ENVIRONMENT",
         ".SH \"GUARANTEES AND LIMITS\"",
+        r#".SH "CHOOSING \-\-TTL, \-\-HEARTBEAT AND \-\-GRACE""#,
         "REDLOCK_FENCE",
         "REDLOCK_TTL",
         "PR_SET_PDEATHSIG",
     ] {
         assert!(page.contains(needle), "man page lacks {needle:?}");
     }
+}
+
+/// SYNOPSIS shows the three forms with their values and `--`; `status` has its own section,
+/// and no page that does not exist (`redlock-run-status(1)`) is referred to.
+#[test]
+fn man_page_shows_the_usage_forms_and_documents_status() {
+    let page = man_page();
+    let synopsis = section(&page, ".SH SYNOPSIS");
+    for form in [
+        concat!(
+            r"\fBredlock\-run\fR [\fIOPTIONS\fR] \fB\-\-key\fR \fIKEY\fR ",
+            r"\fB\-\-\fR \fICOMMAND\fR [\fIARGS\fR]..."
+        ),
+        r"\fB\-c\fR \fISHELL_STRING\fR",
+        r"\fBredlock\-run\fR \fBstatus\fR",
+    ] {
+        assert!(
+            synopsis.contains(form),
+            "SYNOPSIS lacks {form:?}:\n{synopsis}"
+        );
+    }
+    assert!(
+        !page.contains("redlock-run-status") && !page.contains(r"redlock\-run\-status"),
+        "the page refers to a redlock-run-status page that does not exist"
+    );
+    assert!(!page.contains(".SH SUBCOMMANDS"), "{page}");
+    let status = section(&page, ".SH STATUS");
+    assert!(
+        status.contains(r"\fB\-\-json\fR") && status.contains("REDLOCK_STATUS_JSON"),
+        "STATUS does not document --json:\n{status}"
+    );
+}
+
+/// ENVIRONMENT says every option shows its variable: each option's entry (run and `status`)
+/// names the `REDLOCK_*` variable of the clap definition.
+#[test]
+fn man_page_entry_of_every_option_names_its_variable() {
+    let page = man_page();
+    let cmd = gen_docs::built_command();
+    let mut checked = 0;
+    for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
+        for arg in c.get_arguments() {
+            let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) else {
+                continue;
+            };
+            let env = env.to_string_lossy();
+            let spelled = format!(r"\fB\-\-{}\fR", long.replace('-', r"\-"));
+            // The .TP entry whose tag line has the option: up to the next request that
+            // starts another entry or section.
+            let entry = page
+                .split(".TP\n")
+                .find(|e| e.lines().next().is_some_and(|tag| tag.contains(&spelled)))
+                .unwrap_or_else(|| panic!("no man page entry for --{long}"));
+            let entry: String = entry
+                .lines()
+                .take_while(|l| !l.starts_with(".SH") && !l.starts_with(".SS"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(
+                entry.contains(&format!(r"\fB{}\fR", env.replace('-', r"\-"))),
+                "the entry of --{long} does not show {env}:\n{entry}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 18,
+        "only {checked} options with a variable found"
+    );
+}
+
+/// Text taken from the README is converted: no backtick, `**` or `*word*` reaches the page,
+/// and the README's emphasis is roff's (`*sent*` in italic).
+#[test]
+fn man_page_has_no_markdown_left() {
+    let page = man_page();
+    for (n, line) in page.lines().enumerate() {
+        let n = n + 1;
+        assert!(!line.contains('`'), "line {n} has a backtick: {line}");
+        assert!(!line.contains("**"), "line {n} has **: {line}");
+        let chars: Vec<char> = line.chars().collect();
+        for (i, &c) in chars.iter().enumerate() {
+            // `*word...word*`, not roff's own `\*(Aq` string calls.
+            let opens = c == '*'
+                && (i == 0 || chars[i - 1] != '\\')
+                && chars.get(i + 1).is_some_and(|c| c.is_alphanumeric());
+            if opens {
+                let closes = chars[i + 1..]
+                    .windows(2)
+                    .any(|w| w[0].is_alphanumeric() && w[1] == '*');
+                assert!(!closes, "line {n} has markdown emphasis: {line}");
+            }
+        }
+    }
+    assert!(
+        page.contains(r"\fIsent\fR the last successful SET"),
+        "*sent* from the README is not in italic"
+    );
+}
+
+fn man_page() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    fs::read_to_string(root.join("man/redlock-run.1")).unwrap()
+}
+
+/// A section of the page, from its `.SH` line to the next one.
+fn section<'a>(page: &'a str, heading: &str) -> &'a str {
+    let start = page
+        .find(&format!("{heading}\n"))
+        .unwrap_or_else(|| panic!("the man page has no {heading}"));
+    let rest = &page[start + heading.len()..];
+    &rest[..rest.find("\n.SH ").unwrap_or(rest.len())]
 }
 
 /// `rust-version` in Cargo.toml must be true: no dependency built for Linux may need a newer

@@ -24,7 +24,10 @@
 //! - `fencing`: `REDLOCK_FENCE` ordering, a stale writer rejected, a corrupt counter refused.
 //! - `replicas`: `--min-replicas` acknowledgement of the acquire and of renewals.
 //! - `terminal`: the command on a pseudo-terminal, the live waiting line, `stty tostop`.
-//! - `docs`: the committed completions and man page are up to date.
+//! - `docs`: the committed completions and man page are up to date; the man page documents
+//!   every option, its variable and `status`; `--help` shows the usage forms.
+//! - `completion`: the bash completion, run in bash: options of a run and of `status`,
+//!   commands after `--`.
 //! - `harness`: sanity checks of the harness itself.
 //! - `proxy`: the TCP fault proxy (latency, hold, discard, blackhole, refuse, freeze, reset).
 
@@ -33,6 +36,7 @@ mod common;
 
 mod acquire;
 mod child;
+mod completion;
 mod docs;
 mod fencing;
 mod harness;
