@@ -73,6 +73,8 @@ struct State {
     conns: HashMap<u64, ConnFlags>,
     next_id: u64,
     accepted: usize,
+    /// Connections after this many accepted ones are blackholed (`blackhole_after`).
+    forward_only: Option<usize>,
     shutdown: bool,
     /// Pump threads, joined in `Drop`.
     pumps: Vec<JoinHandle<()>>,
@@ -253,6 +255,13 @@ impl FaultProxy {
         self.shared.lock().conns.len()
     }
 
+    /// Forward the first `n` connections (counted since start), blackhole every later one:
+    /// a client's second connection (a subscription, a reconnect) hangs while its first one
+    /// works, however quickly it follows.
+    pub fn blackhole_after(&self, n: usize) {
+        self.shared.update(|s| s.forward_only = Some(n));
+    }
+
     /// Connections accepted since start.
     pub fn accepted(&self) -> usize {
         self.shared.lock().accepted
@@ -365,7 +374,10 @@ fn new_conn(shared: &Arc<Shared>, client: TcpStream, upstream: SocketAddr) {
     let mode = {
         let mut st = shared.lock();
         st.accepted += 1;
-        st.new
+        match st.forward_only {
+            Some(n) if st.accepted > n && st.new == NewConns::Forward => NewConns::Blackhole,
+            _ => st.new,
+        }
     };
     let conn = match mode {
         // Accepted in the moment before the listener closed: reset it.

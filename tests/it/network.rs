@@ -192,3 +192,42 @@ fn an_interrupted_waiter_leaves_no_lock_behind() {
         "the interrupted waiter left its lock behind\n{out}"
     );
 }
+
+/// A waiter subscribes to release notices on a connection of its own. When that connection
+/// hangs (accepted, never answered), the subscription is bounded by the wait left, not by
+/// --connect-timeout, and a signal ends it at once.
+#[test]
+fn a_hanging_subscription_respects_the_wait_and_signals() {
+    let redis = RedisServer::start();
+    redis.cli(&["SET", "redlock:k", "someone-else", "PX", "60000"]);
+    let proxy = proxy_to(&redis);
+    proxy.blackhole_after(1);
+    let out = Wrapper::new()
+        .args(["--redis", &proxy.url(), "--key", "k", "--wait", "1s"])
+        .args(["--connect-timeout", "20s", "--", "true"])
+        .run();
+    out.expect_code(75);
+    assert!(
+        out.elapsed < secs(10),
+        "the wait of 1s took {:?}\n{out}",
+        out.elapsed
+    );
+
+    let proxy = proxy_to(&redis);
+    proxy.blackhole_after(1);
+    let run = Wrapper::new()
+        .args(["--redis", &proxy.url(), "--key", "k", "--wait", "60s"])
+        .args(["--connect-timeout", "20s", "--", "true"])
+        .spawn();
+    wait_until(secs(10), "the subscription to hang", || {
+        proxy.accepted() >= 2
+    });
+    run.signal(Signal::SIGINT);
+    let out = run.wait(secs(30));
+    assert!(ended_by_sigint(&out), "{out}");
+    assert!(
+        out.elapsed < secs(10),
+        "SIGINT took {:?} to end the wait\n{out}",
+        out.elapsed
+    );
+}
