@@ -552,6 +552,8 @@ struct LeaseKeeper<'a, L: Lock> {
     next_renewal: Option<Stamp>,
     renewal: Option<RenewalFuture<'a>>,
     last_error: String,
+    /// When a failed renewal was last reported.
+    last_said: Option<Stamp>,
     /// Set once, when the lease could not be kept; renewals stop then.
     ended: Option<LeaseEnd>,
 }
@@ -568,6 +570,7 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
             next_renewal: held.counted_from.checked_add(cfg.heartbeat),
             renewal: None,
             last_error: String::from("no renewal was answered in time"),
+            last_said: None,
             ended: None,
         }
     }
@@ -638,10 +641,18 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
             }
             Err(e) => {
                 let why = e.to_string();
-                report.info(
-                    "renew-failed",
-                    format_args!("renewal failed: {why}; retrying"),
-                );
+                // Retries come every RENEW_RETRY; say so once a second, or when the reason
+                // changes, not ten times a second.
+                let now = Stamp::now();
+                let repeat = why == self.last_error
+                    && self.last_said.is_some_and(|at| now.since(at) < Duration::from_secs(1));
+                if !repeat {
+                    report.info(
+                        "renew-failed",
+                        format_args!("renewal failed: {why}; retrying"),
+                    );
+                    self.last_said = Some(now);
+                }
                 self.last_error = why;
                 self.next_renewal = Stamp::now().checked_add(RENEW_RETRY);
                 None
