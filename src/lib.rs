@@ -8,6 +8,8 @@
 //!   server) that implement it.
 //! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
+//! - `tree`: the command as its whole process tree, beyond its group and session: a cgroup v2
+//!   of its own where one can be made, else the subreaper's descendants in /proc.
 //! - `signals`: which signals are caught and forwarded.
 //! - `run`: the supervisor; every lock state change happens there.
 //! - `backoff`: pauses between attempts on a busy lock.
@@ -30,6 +32,7 @@ pub mod run;
 pub mod signals;
 pub mod sink;
 pub mod status;
+pub mod tree;
 
 use clap::Parser;
 
