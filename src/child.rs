@@ -1,7 +1,11 @@
 //! The command as a supervised process group, and job control around it.
 //!
-//! - The command leads its own process group, so one `killpg` reaches everything it started
-//!   that stayed in the group (a shell's children, a pipeline).
+//! - The command leads its own process group: forwarded signals go to the group, as a
+//!   terminal's would.
+//! - "The command" is its whole process tree ([`crate::tree`]): a cgroup of its own where
+//!   the system allows, else the descendants the wrapper finds as their subreaper. Stopping
+//!   the command (a lost lease, --max-runtime, leftovers after it exits, a suspended job)
+//!   reaches processes that left its group or session (`setsid`, `timeout(1)`, double forks).
 //! - It dies with the wrapper: `PR_SET_PDEATHSIG` delivers SIGKILL when the thread that forked
 //!   it exits. The fork happens on the main thread (the runtime is current-thread), which lives
 //!   as long as the process. Processes the command starts are not covered by that (the
@@ -64,12 +68,15 @@ use crate::config;
 use crate::exit::ChildEnd;
 use crate::lease::Stamp;
 use crate::signals;
+use crate::tree::{Mode, Tree};
 
 /// Why the command could not be started.
 #[derive(Debug)]
 pub enum SpawnError {
     NotFound(io::Error),
     NotExecutable(io::Error),
+    /// The wrapper's own set-up failed (joining the command's cgroup, signal handling).
+    Internal(io::Error),
 }
 
 /// What happened to the command.
@@ -84,6 +91,8 @@ pub enum Event {
 /// A running command and its process group.
 pub struct Job {
     group: Pid,
+    /// Everything the command started, whatever its group or session.
+    tree: Tree,
     /// The controlling terminal, when the wrapper has one.
     terminal: Option<Terminal>,
     /// The command's group is the terminal's foreground group (we made it so).
@@ -106,7 +115,9 @@ impl Job {
     /// inside the runtime.
     pub fn spawn(command: &config::Command, env: &[(&str, String)]) -> Result<Job, SpawnError> {
         // Listening before the fork, so no SIGCHLD of the command can be missed.
-        let sigchld = signal(SignalKind::child()).map_err(SpawnError::NotExecutable)?;
+        let sigchld = signal(SignalKind::child()).map_err(SpawnError::Internal)?;
+        let tree = Tree::new();
+        let join = tree.pre_exec_join().map_err(SpawnError::Internal)?;
         let mut cmd = std::process::Command::new(&command.program);
         cmd.args(&command.args);
         cmd.envs(
@@ -124,6 +135,8 @@ impl Job {
         // tcsetpgrp, sigaction) through nix's thin wrappers, and allocates nothing (an error is
         // a raw errno).
         unsafe {
+            // First: in the command's cgroup before anything else can happen or fork.
+            cmd.pre_exec(join);
             cmd.pre_exec(move || {
                 // Be the group leader already, whatever order std applies its own setup in;
                 // tcsetpgrp below needs the group to exist.
@@ -144,7 +157,16 @@ impl Job {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(classify_spawn_error)?;
+        let child = cmd.spawn().map_err(|e| {
+            // A join that failed (the cgroup removed under us) is ours, not the command's.
+            let cgroup_gone = tree.mode() == Mode::Cgroup
+                && tree.cgroup_dir().is_some_and(|dir| !dir.exists());
+            if cgroup_gone {
+                SpawnError::Internal(e)
+            } else {
+                classify_spawn_error(e)
+            }
+        })?;
         // From here on the wrapper's own messages must not stop it (see the module doc).
         // SAFETY: nix marks `signal` unsafe for the code a handler would run; SIG_IGN installs
         // no handler. The command, already spawned, keeps its default.
@@ -153,6 +175,7 @@ impl Job {
         }
         Ok(Job {
             group: Pid::from_raw(child.id() as i32),
+            tree,
             terminal,
             gave_terminal: take_terminal,
             sigchld,
@@ -170,9 +193,32 @@ impl Job {
         self.gave_terminal
     }
 
-    /// Send `sig` to the whole process group. A group that is already gone is not an error.
+    /// How the command's tree is tracked, and why not by a cgroup if it is not.
+    pub fn tracking(&self) -> (Mode, Option<&str>) {
+        (self.tree.mode(), self.tree.fallback_reason())
+    }
+
+    /// Forward `sig` to the command's process group, as a terminal would. A group that is
+    /// already gone is not an error.
     pub fn signal(&self, sig: Signal) {
         let _ = killpg(self.group, sig);
+    }
+
+    /// Ask the whole command to stop: SIGTERM to its group and every process of its tree,
+    /// then SIGCONT (and thaw), so that a stopped or frozen process acts on it.
+    pub fn terminate(&self) {
+        let _ = killpg(self.group, Signal::SIGTERM);
+        self.tree.signal_all(Signal::SIGTERM);
+        let _ = self.tree.thaw();
+        let _ = killpg(self.group, Signal::SIGCONT);
+        self.tree.signal_all(Signal::SIGCONT);
+    }
+
+    /// Kill the whole command at once: its group and its tree (`cgroup.kill`, or
+    /// freeze-then-kill, so nothing forks away in between).
+    pub fn kill(&self) {
+        let _ = killpg(self.group, Signal::SIGKILL);
+        let _ = self.tree.kill_all();
     }
 
     /// The next thing that happens to the command: its end, or a job-control stop at a
@@ -232,8 +278,10 @@ impl Job {
     /// terminal back, and stop the wrapper with the same signal. Returns once the wrapper is
     /// continued (`fg`, `bg`); the caller checks the lease, then calls [`Job::resume`].
     pub fn suspend_with(&mut self, sig: Signal) {
-        // Everything in the group stops, not only the leader that the signal reached.
+        // Everything stops, not only the leader that the signal reached: the group, and any
+        // process of the tree that left it. Nothing runs on while the wrapper renews nothing.
         self.signal(Signal::SIGSTOP);
+        let _ = self.tree.freeze();
         if self.gave_terminal {
             if let Some(t) = &self.terminal {
                 give_terminal(t.as_fd(), getpgrp());
@@ -249,6 +297,7 @@ impl Job {
     /// Continue the command after the wrapper was continued with its lease intact: in the
     /// foreground it gets the terminal again.
     pub fn resume(&mut self) {
+        let _ = self.tree.thaw();
         if let Some(t) = &self.terminal {
             if t.foreground_is_ours() {
                 give_terminal(t.as_fd(), self.group);
@@ -258,20 +307,20 @@ impl Job {
         self.signal(Signal::SIGCONT);
     }
 
-    /// After the leader exited: stop whatever is left in its group (SIGTERM, SIGKILL at
-    /// `kill_at` or as soon as `hurry` completes), reap it, and give the terminal back.
-    /// Nothing the command started in its group may keep running once the lock is released.
+    /// After the leader exited: stop whatever is left of the command, in its group or its
+    /// tree (SIGTERM, SIGKILL at `kill_at` or as soon as `hurry` completes), reap it, remove
+    /// its cgroup, and give the terminal back. Nothing the command started may keep running
+    /// once the lock is released.
     pub async fn finish(self, kill_at: Stamp, hurry: impl std::future::Future) {
-        if group_alive(self.group) {
-            let _ = killpg(self.group, Signal::SIGTERM);
-            let _ = killpg(self.group, Signal::SIGCONT);
+        if self.leftovers() {
+            self.terminate();
             let gone = tokio::select! {
-                gone = wait_group_gone(self.group, Stamp::now().until(kill_at)) => gone,
+                gone = self.wait_gone(Stamp::now().until(kill_at)) => gone,
                 _ = hurry => false,
             };
             if !gone {
-                let _ = killpg(self.group, Signal::SIGKILL);
-                wait_group_gone(self.group, Duration::from_secs(5)).await;
+                self.kill();
+                self.wait_gone(Duration::from_secs(5)).await;
             }
         }
         reap_orphans();
@@ -280,6 +329,31 @@ impl Job {
                 give_terminal(t.as_fd(), getpgrp());
             }
         }
+        // Kills anything left (nothing, normally) and removes the cgroup.
+        let _ = self.tree.remove();
+    }
+
+    /// Anything of the command still running, in its group or its tree?
+    fn leftovers(&self) -> bool {
+        reap_orphans();
+        !matches!(killpg(self.group, None), Err(Errno::ESRCH)) || !self.tree.is_empty()
+    }
+
+    /// Poll until nothing of the command is left, or `within` has passed. Returns whether
+    /// it is all gone.
+    async fn wait_gone(&self, within: Duration) -> bool {
+        // Read the clock each time rather than add up naps: naps run long under load, and a
+        // paused wrapper must act on the real time when it wakes.
+        let until = Stamp::now().checked_add(within);
+        while self.leftovers() {
+            let now = Stamp::now();
+            if until.is_none_or(|at| now >= at) {
+                return false;
+            }
+            let left = until.map_or(Duration::ZERO, |at| now.until(at));
+            tokio::time::sleep(left.min(Duration::from_millis(10))).await;
+        }
+        true
     }
 }
 
@@ -385,28 +459,6 @@ fn give_terminal(tty: BorrowedFd<'_>, group: Pid) {
     let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old));
     let _ = tcsetpgrp(tty, group);
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-}
-
-/// Any process (zombies included) still in the group?
-fn group_alive(group: Pid) -> bool {
-    reap_orphans();
-    !matches!(killpg(group, None), Err(Errno::ESRCH))
-}
-
-/// Poll until the group is empty or `within` has passed. Returns whether it is empty.
-async fn wait_group_gone(group: Pid, within: Duration) -> bool {
-    // Read the clock each time rather than add up naps: naps run long under load, and a
-    // paused wrapper must act on the real time when it wakes.
-    let until = Stamp::now().checked_add(within);
-    while group_alive(group) {
-        let now = Stamp::now();
-        if until.is_none_or(|at| now >= at) {
-            return false;
-        }
-        let left = until.map_or(Duration::ZERO, |at| now.until(at));
-        tokio::time::sleep(left.min(Duration::from_millis(10))).await;
-    }
-    true
 }
 
 /// Reap every exited process reparented to us. Only called once the leader has been reaped.

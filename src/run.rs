@@ -364,6 +364,7 @@ async fn hold<L: Lock>(
             let (ending, err) = match err {
                 SpawnError::NotFound(e) => (Ending::NotFound, e),
                 SpawnError::NotExecutable(e) => (Ending::NotExecutable, e),
+                SpawnError::Internal(e) => (Ending::Software, e),
             };
             // `redlock-run --key k status` runs a program called status.
             let hint = if ending == Ending::NotFound && cfg.command.program == "status" {
@@ -474,8 +475,6 @@ async fn supervise<L: Lock>(
             if keeper.ended.is_none() {
                 report.info("resumed", "continued; continuing the command");
                 job.resume();
-            } else {
-                job.signal(Signal::SIGCONT);
             }
         }
         if !max_runtime && max_runtime_at.is_some_and(|at| now >= at) {
@@ -684,14 +683,13 @@ struct Stopper {
 
 impl Stopper {
     fn terminate(&mut self, job: &Job, kill_at: Option<Stamp>) {
-        job.signal(Signal::SIGTERM);
-        // A stopped command (suspended, or SIGSTOPped) acts on SIGTERM only once continued.
-        job.signal(Signal::SIGCONT);
+        // The whole tree; continued too, as a stopped command acts on SIGTERM only then.
+        job.terminate();
         self.kill_at = earliest(self.kill_at, kill_at);
     }
 
     fn kill(&mut self, job: &Job) {
-        job.signal(Signal::SIGKILL);
+        job.kill();
         self.killed = true;
     }
 
