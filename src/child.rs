@@ -159,8 +159,8 @@ impl Job {
         }
         let child = cmd.spawn().map_err(|e| {
             // A join that failed (the cgroup removed under us) is ours, not the command's.
-            let cgroup_gone = tree.mode() == Mode::Cgroup
-                && tree.cgroup_dir().is_some_and(|dir| !dir.exists());
+            let cgroup_gone =
+                tree.mode() == Mode::Cgroup && tree.cgroup_dir().is_some_and(|dir| !dir.exists());
             if cgroup_gone {
                 SpawnError::Internal(e)
             } else {

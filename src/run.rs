@@ -380,6 +380,18 @@ async fn hold<L: Lock>(
         }
     };
     let job_pid = job.pid();
+    let (mode, fallback) = job.tracking();
+    report.info(
+        "tracking",
+        format_args!(
+            "pid {job_pid}: its processes are tracked by {}{}",
+            match mode {
+                crate::tree::Mode::Cgroup => "a cgroup of their own",
+                crate::tree::Mode::Proc => "/proc (as their subreaper)",
+            },
+            fallback.map(|why| format!(" ({why})")).unwrap_or_default()
+        ),
+    );
     let keeper = LeaseKeeper::new(cfg, lock, token, held);
     let ended = supervise(cfg, keeper, &mut job, signals, report).await;
     let at_terminal = job.has_terminal();
@@ -644,7 +656,9 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
                 // changes, not ten times a second.
                 let now = Stamp::now();
                 let repeat = why == self.last_error
-                    && self.last_said.is_some_and(|at| now.since(at) < Duration::from_secs(1));
+                    && self
+                        .last_said
+                        .is_some_and(|at| now.since(at) < Duration::from_secs(1));
                 if !repeat {
                     report.info(
                         "renew-failed",

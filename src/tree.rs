@@ -1632,12 +1632,11 @@ exec sleep 60
         for p in &procs {
             helper.cleanup.add(*p);
         }
+        // The helper checked right after kill_all that root's process still ran. Not checked
+        // again here: once the helper exits, the process is re-parented, and another test of
+        // this binary that made this process a subreaper may legitimately clean it up.
         helper.expect("ok");
         helper.finish();
-        assert!(
-            procs.iter().all(|p| p.running()),
-            "root's process left alone"
-        );
     }
 
     #[test]

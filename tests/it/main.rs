@@ -24,6 +24,8 @@
 //! - `fencing`: `REDLOCK_FENCE` ordering, a stale writer rejected, a corrupt counter refused.
 //! - `replicas`: `--min-replicas` acknowledgement of the acquire and of renewals.
 //! - `terminal`: the command on a pseudo-terminal, the live waiting line, `stty tostop`.
+//! - `tree`: the command's whole process tree (`setsid`, `timeout(1)`, double forks) is
+//!   stopped, in the cgroup and the /proc modes, and with a cgroup after a wrapper SIGKILL.
 //! - `docs`: the committed completions and man page are up to date; the man page documents
 //!   every option, its variable and `status`; `--help` shows the usage forms.
 //! - `completion`: the bash completion, run in bash: options of a run and of `status`,
@@ -50,4 +52,5 @@ mod secrets;
 mod signals;
 mod status;
 mod terminal;
+mod tree;
 mod usage;
