@@ -172,6 +172,10 @@ impl Job {
         // no handler. The command, already spawned, keeps its default.
         unsafe {
             let _ = nix::sys::signal::signal(Signal::SIGTTOU, SigHandler::SigIgn);
+            // SIGTTIN too: the wrapper never reads the terminal, but another member of its
+            // job (`cat | redlock-run ...`) that does gets the whole background group stopped,
+            // the wrapper with it, while the command runs on.
+            let _ = nix::sys::signal::signal(Signal::SIGTTIN, SigHandler::SigIgn);
         }
         Ok(Job {
             group: Pid::from_raw(child.id() as i32),
@@ -277,7 +281,11 @@ impl Job {
     /// The command was suspended by `sig` at a terminal: stop its whole group, give the
     /// terminal back, and stop the wrapper with the same signal. Returns once the wrapper is
     /// continued (`fg`, `bg`); the caller checks the lease, then calls [`Job::resume`].
-    pub fn suspend_with(&mut self, sig: Signal) {
+    /// Returns false when the wrapper was not stopped at all (the kernel does not stop an
+    /// orphaned process group): then nobody is going to continue the job.
+    pub fn suspend_with(&mut self, sig: Signal) -> bool {
+        // The "stopping too" line reaches stderr before the writer thread stops with us.
+        crate::sink::drain(Duration::from_millis(50));
         // Everything stops, not only the leader that the signal reached: the group, and any
         // process of the tree that left it. Nothing runs on while the wrapper renews nothing.
         self.signal(Signal::SIGSTOP);
@@ -291,7 +299,10 @@ impl Job {
         // The terminal sent `sig` to the command's group in place of the wrapper's: the
         // wrapper's group (the wrapper, and a script or pipeline it is part of) stops as it
         // would have with the bare command, and the shell sees its job stopped.
+        let before = std::time::Instant::now();
         stop_group(sig);
+        // Stopped and continued by a person takes far longer; back at once means not stopped.
+        before.elapsed() >= Duration::from_millis(5)
     }
 
     /// Continue the command after the wrapper was continued with its lease intact: in the

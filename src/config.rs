@@ -64,6 +64,9 @@ pub struct RunConfig {
 pub struct Command {
     pub program: OsString,
     pub args: Vec<OsString>,
+    /// Run through `/bin/sh -c` (`-c`): an exit of 126 or 127 then means the shell could not
+    /// run the program, not that the program ran.
+    pub via_shell: bool,
     /// Short text for messages and `status`.
     pub display: String,
 }
@@ -87,6 +90,9 @@ impl Target {
         lock::check_name(&key).map_err(|e| usage(format!("--key: the lock name {key:?} {e}")))?;
         if conn.connect_timeout.is_zero() {
             return Err(usage("--connect-timeout must be more than 0"));
+        }
+        if conn.connect_timeout > LONGEST {
+            return Err(usage("--connect-timeout is longer than 10 years"));
         }
         let redis_shown = redis_url::redact(&conn.redis);
         let mut redis = redis_url::parse(&conn.redis).map_err(UsageError)?;
@@ -262,6 +268,7 @@ fn command_from_args(run: &RunArgs) -> Result<Command, UsageError> {
             Ok(Command {
                 program: "/bin/sh".into(),
                 args: vec!["-c".into(), shell_script(script).into()],
+                via_shell: true,
                 display: truncate(script, 200),
             })
         }
@@ -277,6 +284,7 @@ fn command_from_args(run: &RunArgs) -> Result<Command, UsageError> {
             Ok(Command {
                 program: program.clone(),
                 args: args.to_vec(),
+                via_shell: false,
                 display: truncate(&display, 200),
             })
         }

@@ -193,7 +193,10 @@ fn clap_error(err: &clap::Error) -> u8 {
 /// A reporter for errors found before the arguments could be parsed: JSON if the command
 /// line or the environment asks for it (every message is then one JSON object), else text.
 fn early_reporter() -> Reporter {
-    let args: Vec<String> = std::env::args().collect();
+    // args_os: an argument that is not UTF-8 must not panic here (nor be printed).
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let from_args = args.iter().enumerate().find_map(|(i, a)| {
         if a == "--" {
             return Some(None);
@@ -223,7 +226,9 @@ fn from_environment(err: &clap::Error) -> String {
         return String::new();
     };
     let long = invalid.split_whitespace().next().unwrap_or_default();
-    let typed = std::env::args().any(|a| a == long || a.starts_with(&format!("{long}=")));
+    let typed = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .any(|a| a == long || a.starts_with(&format!("{long}=")));
     let mut commands = vec![<Cli as clap::CommandFactory>::command()];
     while let Some(cmd) = commands.pop() {
         for arg in cmd.get_arguments() {

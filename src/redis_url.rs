@@ -10,7 +10,7 @@
 /// [`redact`] does.
 pub fn parse(url: &str) -> Result<redis::ConnectionInfo, String> {
     let shown = redact(url);
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some((scheme, rest)) = split_scheme(url) else {
         let hint = if url.contains(':') || url.contains('.') || url == "localhost" {
             format!(
                 " (did you mean redis://{}?)",
@@ -51,7 +51,7 @@ pub fn parse(url: &str) -> Result<redis::ConnectionInfo, String> {
 
 /// `url` with every password replaced by `***`.
 pub fn redact(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
+    let (scheme, rest) = match split_scheme(url) {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),
     };
@@ -67,6 +67,16 @@ pub fn redact(url: &str) -> String {
         None => (String::new(), rest),
     };
     format!("{scheme}{user}{}", redact_query(rest))
+}
+
+/// `scheme://rest`, when what comes before `://` is a scheme (RFC 3986: a letter, then
+/// letters, digits, `+`, `-`, `.`). `u:p://x@h` has none: its `://` is inside a password.
+fn split_scheme(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    valid.then_some((scheme, rest))
 }
 
 /// Hide the values of query parameters whose name speaks of a password.
@@ -89,7 +99,7 @@ fn redact_query(rest: &str) -> String {
 /// `text` with anything that could be a piece of `url`'s password removed: a last line of
 /// defence for error texts that come from elsewhere.
 fn scrub(text: &str, url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = split_scheme(url).map_or(url, |(_, r)| r);
     let Some(at) = rest.rfind('@') else {
         return text.to_owned();
     };

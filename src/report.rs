@@ -178,7 +178,7 @@ impl Reporter {
 
 /// `msg` on one line: control characters (a newline in a key or a `-c` script) are shown
 /// escaped, so every message stays one line and no escape sequence reaches the terminal.
-fn one_line(msg: &str) -> Cow<'_, str> {
+pub fn one_line(msg: &str) -> Cow<'_, str> {
     if !msg.chars().any(char::is_control) {
         return Cow::Borrowed(msg);
     }

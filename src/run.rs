@@ -177,6 +177,11 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     // The one release. --hold-at-least keeps the lock only after a command that ran: a
     // command that never started must not make the other hosts skip the job.
     let keep = match under {
+        // `-c` whose shell could not find or execute the program: it never ran either.
+        Under::Ran {
+            end: Some(ChildEnd::Exited(126 | 127)),
+            ..
+        } if cfg.command.via_shell => Duration::ZERO,
         Under::Ran { .. } => cfg
             .hold_at_least
             .and_then(|hold| hold.checked_sub(Stamp::now().since(held.acquired)))
@@ -394,7 +399,9 @@ async fn hold<L: Lock>(
     );
     let keeper = LeaseKeeper::new(cfg, lock, token, held);
     let ended = supervise(cfg, keeper, &mut job, signals, report).await;
-    let at_terminal = job.has_terminal();
+    // A Ctrl-C or Ctrl-\ at the terminal reached the command's group alone; one the wrapper
+    // was sent itself did not come from the terminal.
+    let at_terminal = job.has_terminal() && !ended.signalled;
     // Leftovers in the group get --grace, but never past the lease: renewals have stopped.
     let leftovers_until = Stamp::now()
         .checked_add(cfg.grace)
@@ -429,6 +436,8 @@ async fn hold<L: Lock>(
 /// How supervision ended.
 struct Supervised {
     status: std::io::Result<ChildEnd>,
+    /// The wrapper was sent SIGINT or SIGQUIT itself (and forwarded it).
+    signalled: bool,
     lease: Option<LeaseEnd>,
     max_runtime: bool,
     /// The lease deadline at the end.
@@ -455,9 +464,30 @@ async fn supervise<L: Lock>(
     let mut quit_signals = 0u32;
     // The wrapper was just continued after following a suspended command.
     let mut resume = false;
+    // Following a suspended command turned out impossible (an orphaned process group).
+    let mut cannot_suspend = false;
+    // The wrapper itself got SIGINT or SIGQUIT: such a signal that killed the command came
+    // from someone's kill, not from the terminal.
+    let mut got_terminal_signal = false;
 
     loop {
         let now = Stamp::now();
+        let resumed = std::mem::take(&mut resume);
+        if resumed && keeper.ended.is_none() && keeper.lease.standing(now) == Standing::Expired {
+            // Continued after the lease ran out while the job was suspended: the command is
+            // still stopped, and someone else may hold the lock by now. It must not run
+            // again, not even for --grace: SIGKILL while it is stopped.
+            keeper.last_error = "the job was suspended longer than its lease".to_owned();
+            keeper.check(now);
+            stopper.kill(job);
+            report.info(
+                "stopping",
+                format_args!(
+                    "lease on {} ran out while the job was suspended; killing the command",
+                    keeper.lock.name()
+                ),
+            );
+        }
         match keeper.check(now) {
             Some(Standing::Safe) | None => {}
             Some(standing) => {
@@ -480,14 +510,10 @@ async fn supervise<L: Lock>(
                 );
             }
         }
-        if std::mem::take(&mut resume) {
-            // Continued (`fg`, `bg`): the lease was checked just above. The command runs on
-            // only under a lease still safe; otherwise it was told to stop, and SIGCONT lets
-            // it act on that.
-            if keeper.ended.is_none() {
-                report.info("resumed", "continued; continuing the command");
-                job.resume();
-            }
+        if resumed && keeper.ended.is_none() {
+            // Continued (`fg`, `bg`) with the lease checked just above and still safe.
+            report.info("resumed", "continued; continuing the command");
+            job.resume();
         }
         if !max_runtime && max_runtime_at.is_some_and(|at| now >= at) {
             // Applies whatever else has happened (a forwarded TERM the command ignored).
@@ -509,12 +535,34 @@ async fn supervise<L: Lock>(
             biased;
             event = job.event() => {
                 let status = match event {
+                    Ok(Event::Suspended(sig)) if cannot_suspend => {
+                        // Already found that the wrapper's group cannot be stopped; the
+                        // command is being ended. Let it act on that.
+                        let _ = sig;
+                        job.terminate();
+                        continue;
+                    }
                     Ok(Event::Suspended(sig)) => {
                         // Stopped at a terminal (Ctrl-Z, a background read): follow the
                         // command, and on waking check the lease before continuing it.
                         report.info("suspended", format_args!("the command was stopped by {sig}; stopping too"));
-                        job.suspend_with(sig);
-                        resume = true;
+                        if job.suspend_with(sig) {
+                            resume = true;
+                        } else {
+                            // The kernel does not stop an orphaned process group: the wrapper
+                            // cannot follow, and a command continued would only be stopped
+                            // again (for ever, at full speed). It ends, as a read from an
+                            // orphaned group would end the bare command with EIO.
+                            cannot_suspend = true;
+                            report.error(
+                                "suspend",
+                                format_args!(
+                                    "the command was stopped by {sig} and the wrapper's process \
+                                     group cannot be stopped with it (orphaned); ending the command"
+                                ),
+                            );
+                            stopper.terminate(job, Stamp::now().checked_add(cfg.grace));
+                        }
                         continue;
                     }
                     Ok(Event::Ended(end)) => Ok(end),
@@ -522,6 +570,7 @@ async fn supervise<L: Lock>(
                 };
                 return Supervised {
                     status,
+                    signalled: got_terminal_signal,
                     deadline: keeper.deadline(),
                     lease: keeper.ended,
                     max_runtime,
@@ -529,6 +578,9 @@ async fn supervise<L: Lock>(
             }
             sig = signals.recv() => {
                 let quit = matches!(sig, Signal::SIGINT | Signal::SIGTERM);
+                if matches!(sig, Signal::SIGINT | Signal::SIGQUIT) {
+                    got_terminal_signal = true;
+                }
                 if quit {
                     quit_signals += 1;
                 }
@@ -560,6 +612,8 @@ struct LeaseKeeper<'a, L: Lock> {
     ttl: Duration,
     heartbeat: Duration,
     lease: Lease,
+    /// The longest one renewal attempt may take.
+    attempt: Duration,
     next_renewal: Option<Stamp>,
     renewal: Option<RenewalFuture<'a>>,
     last_error: String,
@@ -577,6 +631,10 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
             ttl: cfg.ttl,
             heartbeat: cfg.heartbeat,
             lease: held.lease,
+            attempt: (cfg.ttl / 4).max(Duration::from_millis(50))
+                + cfg
+                    .replicas
+                    .map_or(Duration::ZERO, |a| a.timeout + Duration::from_millis(300)),
             // Heartbeats count from the acquire's send time, like the lease they extend.
             next_renewal: held.counted_from.checked_add(cfg.heartbeat),
             renewal: None,
@@ -607,9 +665,12 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
 
     fn start_renewal_if_due(&mut self, now: Stamp) {
         if self.renewal.is_none() && self.next_renewal.is_some_and(|at| now >= at) {
-            // Bounded so that it never outlives the lease it tries to extend.
+            // Bounded so that it never outlives the time the lease still allows, and short
+            // enough that an attempt lost on a dead connection is given up and retried on a
+            // new one (the connection is dropped with it) well before that.
             let within = now
-                .until(self.lease.deadline())
+                .until(self.lease.stop_at())
+                .min(self.attempt)
                 .max(Duration::from_millis(10));
             let (lock, token, ttl) = (self.lock, self.token, self.ttl);
             self.renewal = Some(Box::pin(lock.renew(token, ttl, within)));

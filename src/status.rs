@@ -24,7 +24,9 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
             let out = if json {
                 to_json(&target.key, &status)
             } else {
-                to_text(&target.key, &status)
+                // The holder info was written by another host: no control character of it
+                // (or of the key) reaches the terminal as such.
+                crate::report::one_line(&to_text(&target.key, &status)).into_owned()
             };
             match print_line(&out) {
                 Ok(()) => Ending::Ran(ChildEnd::Exited(0)),

@@ -617,3 +617,20 @@ fn hold_at_least_keeps_the_lock_after_a_command_that_ran() {
         "the command ran: the key must stay for the rest of --hold-at-least 30s, PTTL {pttl}\n{out}"
     );
 }
+
+/// `-c` whose shell cannot find the program exits 127 without having run anything: no
+/// `--hold-at-least` either, as for a command given after `--`.
+#[test]
+fn hold_at_least_is_not_kept_when_the_shell_could_not_run_the_program() {
+    let redis = RedisServer::start();
+    let out = Wrapper::on(&redis, "k")
+        .args([
+            "--hold-at-least",
+            "30s",
+            "-c",
+            "/nonexistent/batch.sh --month 5",
+        ])
+        .run();
+    out.expect_code(127);
+    assert!(!redis.exists("redlock:k"), "the lock was kept\n{out}");
+}

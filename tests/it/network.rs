@@ -231,3 +231,30 @@ fn a_hanging_subscription_respects_the_wait_and_signals() {
         out.elapsed
     );
 }
+
+/// The connection going silent in the middle of a run (no FIN, no RST; new connections
+/// work): a renewal on it must be given up in time and retried on a new connection, so the
+/// command keeps its lease. Once the first renewal waited for the whole lease, the command
+/// was stopped (74), and the release then waited on the same dead connection.
+#[test]
+fn a_connection_that_dies_mid_run_is_replaced_in_time() {
+    let redis = RedisServer::start();
+    let proxy = proxy_to(&redis);
+    let dir = scratch();
+    let run = Wrapper::new()
+        .args(["--redis", &proxy.url(), "--key", "k", "--ttl", "3s"])
+        .sh("echo $$ > pid; sleep 5")
+        .current_dir(dir.path())
+        .spawn();
+    let child = read_pid_file(&dir.path().join("pid"), secs(10));
+    let _guard = PidGuard::new(child);
+    proxy.freeze_all();
+    let out = run.wait(secs(30));
+    proxy.thaw_all();
+    out.expect_code(0);
+    assert!(
+        out.elapsed < secs(9),
+        "the release waited on the dead connection\n{out}"
+    );
+    assert!(!redis.exists("redlock:k"), "{out}");
+}

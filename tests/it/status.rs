@@ -172,3 +172,25 @@ fn status_into_a_closed_pipe_exits_141_quietly() {
     let (status, stderr) = status_into_closed_pipe(&server, &["--json"]);
     assert_quiet_141(status, &stderr);
 }
+
+/// The holder info is written by another host: a command or key with control characters
+/// (a newline, an escape sequence) is shown escaped, on one line, never sent raw to the
+/// terminal.
+#[test]
+fn status_text_escapes_what_other_hosts_wrote() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Wrapper::on(&redis, "k")
+        .sh("touch held; sleep 30\n# \x1b[31mred")
+        .current_dir(dir.path())
+        .spawn();
+    holder.wait_for_file(&dir.path().join("held"), secs(10));
+    let out = Wrapper::new()
+        .args(["status", "--redis", &redis.url(), "--key", "k"])
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.stdout.lines().count(), 1, "{out}");
+    assert!(!out.stdout.contains('\x1b'), "{out}");
+    assert!(out.stdout.contains("\\n"), "{out}");
+    holder.signal(nix::sys::signal::Signal::SIGTERM);
+}

@@ -412,3 +412,106 @@ fn ctrl_z_stops_a_script_that_runs_the_wrapper() {
     assert!(!sh.output().contains("after-2"), "{}", sh.output());
     assert!(!redis.exists("redlock:k"));
 }
+
+/// Another member of the wrapper's job reading the terminal (`(…; cat) | redlock-run …`)
+/// gets SIGTTIN to the whole background group. The wrapper must not stop with it: a stopped
+/// wrapper renews nothing while the command runs on.
+#[test]
+fn a_pipeline_neighbour_reading_the_terminal_does_not_stop_the_wrapper() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    sh.send(
+        "(sleep 0.5; cat >/dev/null) | $RR --key k --ttl 2s -- sh -c 'echo $$ > pid; sleep 5; echo done-$((2+2))'\n",
+    );
+    let child = read_pid_file(&sh.path("pid"), secs(10));
+    let _child_guard = PidGuard::new(child);
+    let wrapper = parent_of(child);
+    std::thread::sleep(secs(3));
+    assert_ne!(
+        state(wrapper),
+        'T',
+        "the wrapper was stopped by its neighbour's SIGTTIN:\n{}",
+        sh.output()
+    );
+    assert!(
+        redis.exists("redlock:k"),
+        "the lease was not kept:\n{}",
+        sh.output()
+    );
+    sh.wait_for("done-4", 1);
+}
+
+/// A job suspended past its lease whose command traps SIGTERM: on `fg` it must not run
+/// again at all (not even its trap for --grace), as another run may hold the lock by then.
+#[test]
+fn a_command_suspended_past_its_lease_never_runs_again() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    let prompts = sh.count(PROMPT);
+    sh.send(
+        "$RR --key k --ttl 2s --grace 1s -- sh -c 'trap \"echo x > ran-after\" TERM; echo $$ > pid; while :; do sleep 0.1; done'\n",
+    );
+    let child = read_pid_file(&sh.path("pid"), secs(10));
+    let _child_guard = PidGuard::new(child);
+    sh.send("\x1a");
+    sh.wait_for_prompts(prompts + 1);
+    wait_until(secs(10), "the lock to expire", || {
+        !redis.exists("redlock:k")
+    });
+    sh.run("fg");
+    sh.run("echo rc=$?");
+    assert!(sh.output().contains("rc=74"), "{}", sh.output());
+    assert!(
+        !sh.path("ran-after").exists(),
+        "the command ran its TERM trap after its lease was gone:\n{}",
+        sh.output()
+    );
+}
+
+/// SIGINT sent to the wrapper by someone (not Ctrl-C at the terminal) ends the run, but is
+/// not passed on to the script that runs it: the script goes on, as with the bare command.
+#[test]
+fn a_sigint_from_kill_does_not_end_the_calling_script() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    let prompts = sh.count(PROMPT);
+    sh.send(
+        "bash -c \"\\$RR --key k -- sh -c 'echo \\$\\$ > pid; exec sleep 30'; echo after-\\$((1+1))\"\n",
+    );
+    let child = read_pid_file(&sh.path("pid"), secs(10));
+    let _child_guard = PidGuard::new(child);
+    let wrapper = parent_of(child);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(wrapper),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    sh.wait_for_prompts(prompts + 1);
+    assert!(sh.output().contains("after-2"), "{}", sh.output());
+}
+
+/// A wrapper whose process group is orphaned (started from a subshell that exited) cannot
+/// be stopped by job control. When its command is stopped reading the terminal, the wrapper
+/// must not spin following it for ever with the lock held: the command is ended.
+#[test]
+fn an_orphaned_wrapper_ends_a_command_stopped_by_the_terminal() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    sh.run("bash -c \"(sleep 0.3; exec \\$RR --key k -- sh -c 'echo \\$\\$ > pid; exec cat /dev/tty') &\"");
+    let child = read_pid_file(&sh.path("pid"), secs(10));
+    let _child_guard = PidGuard::new(child);
+    assert!(
+        poll_until(secs(15), || !pid_alive(child)),
+        "the command stopped by SIGTTIN still exists:\n{}",
+        sh.output()
+    );
+    wait_until(secs(15), "the lock to be released", || {
+        !redis.exists("redlock:k")
+    });
+}
+
+fn parent_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(1).unwrap().parse().unwrap()
+}

@@ -94,6 +94,17 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
         ),
         ("empty key", vec!["--redis", &url, "--key", ""]),
         (
+            "connect timeout that overflows the clock",
+            vec![
+                "--redis",
+                &url,
+                "--key",
+                "k",
+                "--connect-timeout",
+                "500000000000y",
+            ],
+        ),
+        (
             "heartbeat of 1ns (thousands of renewals a second)",
             vec!["--redis", &url, "--key", "k", "--heartbeat", "1ns"],
         ),
@@ -267,4 +278,31 @@ fn too_few_file_descriptors_is_one_line() {
         out.expect_stderr_contains("file descriptors");
         assert!(!redis.exists("redlock:k"), "{out}");
     }
+}
+
+/// Arguments that are not UTF-8 (a byte in a password, a file name): a usage error is one
+/// line, without a panic and without the argument's bytes.
+#[test]
+fn arguments_that_are_not_utf8_do_not_panic() {
+    use std::os::unix::ffi::OsStringExt;
+    let redis = RedisServer::start();
+    let url = std::ffi::OsString::from_vec(b"redis://:S3C\xffRET@h".to_vec());
+    let file = std::ffi::OsString::from_vec(b"caf\xe9.txt".to_vec());
+    for json in [false, true] {
+        let mut w = Wrapper::new()
+            .arg("--redis")
+            .arg(&url)
+            .args(["--key", "k", "--ttl", "abc"]);
+        if json {
+            w = w.env("REDLOCK_LOG_FORMAT", "json");
+        }
+        let out = w.arg("--").arg("cat").arg(&file).run();
+        out.expect_code(2);
+        assert_eq!(out.stderr_lines().len(), 1, "{out}");
+        assert!(
+            !out.stderr.contains("panicked") && !out.stderr.contains("S3C"),
+            "{out}"
+        );
+    }
+    drop(redis);
 }

@@ -68,7 +68,7 @@ impl Server {
     /// Open the connection now, so that an unreachable server is reported before anything
     /// else happens.
     pub async fn connect(&self, within: Duration) -> Result<(), RedisFailure> {
-        let deadline = Instant::now() + within;
+        let deadline = deadline_in(within);
         match tokio::time::timeout_at(deadline, self.conn(deadline)).await {
             Ok(result) => result.map(drop),
             Err(_) => Err(RedisFailure::timeout(&self.shown, "the connection attempt").not_sent()),
@@ -106,7 +106,7 @@ impl Server {
         what: &str,
         within: Duration,
     ) -> Result<Vec<Value>, RedisFailure> {
-        self.query_until(pipe, what, Instant::now() + within).await
+        self.query_until(pipe, what, deadline_in(within)).await
     }
 
     async fn query_until(
@@ -115,6 +115,9 @@ impl Server {
         what: &str,
         deadline: Instant,
     ) -> Result<Vec<Value>, RedisFailure> {
+        // A call abandoned half-way (its caller gave up on it: a renewal overtaken by the
+        // lease's end) leaves the connection in an unknown state too.
+        let abandoned = ForgetOnDrop(Some(self));
         let sent = Cell::new(false);
         let call = async {
             let mut conn = self.conn(deadline).await?;
@@ -128,6 +131,7 @@ impl Server {
             Err(_) if sent.get() => Err(RedisFailure::timeout(&self.shown, what)),
             Err(_) => Err(RedisFailure::timeout(&self.shown, "the connection attempt").not_sent()),
         };
+        abandoned.disarm();
         if let Err(e) = &result {
             // A timeout, a broken connection, a reply that could not be read: the
             // connection can no longer be trusted to carry the next request.
@@ -147,7 +151,7 @@ impl Server {
         what: &str,
         within: Duration,
     ) -> Result<ScriptReply, RedisFailure> {
-        let deadline = Instant::now() + within;
+        let deadline = deadline_in(within);
         let mut replies = self
             .query_until(&with_wait(call.evalsha(), ack), what, deadline)
             .await?;
@@ -209,6 +213,30 @@ impl Server {
             Some(ReleaseNotices::new(sink, stream.map(drop)))
         };
         tokio::time::timeout(within, subscribe).await.ok().flatten()
+    }
+}
+
+/// `within` from now; far in the future rather than an overflow for absurd bounds.
+fn deadline_in(within: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(within)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// Drops the server's connection when a call is dropped before it finished.
+struct ForgetOnDrop<'a>(Option<&'a Server>);
+
+impl ForgetOnDrop<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ForgetOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(server) = self.0 {
+            server.forget();
+        }
     }
 }
 
