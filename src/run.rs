@@ -151,14 +151,14 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
             return (Outcome::NotHeld(Ending::Unavailable), false);
         }
     };
-    let token = Token::new();
+    let mut token = Token::new();
     let holder = HolderInfo {
         host: hostname(),
         pid: std::process::id(),
         command: cfg.command.display.clone(),
     };
 
-    let held = match acquire(cfg, &lock, &token, &holder, start, &mut signals, report).await {
+    let held = match acquire(cfg, &lock, &mut token, &holder, start, &mut signals, report).await {
         Ok(held) => held,
         Err(ending) => return (Outcome::NotHeld(ending), false),
     };
@@ -209,7 +209,7 @@ struct Held {
 async fn acquire<L: Lock>(
     cfg: &RunConfig,
     lock: &L,
-    token: &Token,
+    token: &mut Token,
     holder: &HolderInfo,
     start: Stamp,
     signals: &mut Signals,
@@ -237,6 +237,10 @@ async fn acquire<L: Lock>(
             cfg.target.timeout
         };
         let attempt = lock.try_acquire(token, cfg.ttl, holder, within).await;
+        if attempt.as_ref().is_err_and(|e| e.may_have_written()) {
+            // That attempt was taken back and its token cancelled (see the contract).
+            *token = Token::new();
+        }
         let now = Stamp::now();
         let left = match cfg.wait {
             Wait::Forever => Some(Duration::MAX),

@@ -40,7 +40,10 @@ use crate::lease::Stamp;
 ///   one atomic step on each server; nothing ever extends or deletes another holder's lock.
 /// - **No write left behind.** `try_acquire` either grants, reports busy, or fails; when it
 ///   fails after a write may have landed (a lost reply, a timeout, a minority of quorum nodes,
-///   too few replica acknowledgements), it takes that write back itself before returning.
+///   too few replica acknowledgements), it takes that write back itself before returning,
+///   and makes sure the same attempt cannot land later (the request may still be under way).
+///   A token whose attempt failed that way ([`RedisFailure::may_have_written`]) is spent: the
+///   caller uses a new token for the next attempt.
 /// - **An honest lease start.** A grant and a renewal carry `counted_from`: a moment no later
 ///   than the one from which every server that counts started its TTL (the local clock read
 ///   before the first byte was sent). The supervisor's deadline is `counted_from + ttl -

@@ -258,3 +258,92 @@ fn a_connection_that_dies_mid_run_is_replaced_in_time() {
     );
     assert!(!redis.exists("redlock:k"), "{out}");
 }
+
+/// An acquire whose reply was lost is taken back, and its token cancelled: if the request
+/// itself arrives only after the take-back (a retransmission, a middlebox holding it), it
+/// must not take the lock. Shown with the scripts themselves, in that order, on a server.
+#[test]
+fn an_acquire_arriving_after_its_take_back_does_not_land() {
+    let redis = RedisServer::start();
+    let scripts =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lock/protocol/scripts");
+    let cancel = std::fs::read_to_string(scripts.join("cancel.lua")).unwrap();
+    let acquire = std::fs::read_to_string(scripts.join("acquire.lua")).unwrap();
+    let token = "late-token";
+    let cancelled = redis.cli(&[
+        "EVAL",
+        &cancel,
+        "4",
+        "redlock:k",
+        "{redlock:k}:holder",
+        "{redlock:k}:released",
+        "{redlock:k}:cancelled",
+        token,
+        "600000",
+    ]);
+    assert_eq!(cancelled, "0", "nothing to release yet");
+    let late = redis.cli(&[
+        "EVAL",
+        &acquire,
+        "4",
+        "redlock:k",
+        "{redlock:k}:fence",
+        "{redlock:k}:holder",
+        "{redlock:k}:cancelled",
+        token,
+        "30000",
+        "60000",
+        "host",
+        "1",
+        "cmd",
+    ]);
+    assert!(
+        !redis.exists("redlock:k"),
+        "the late acquire took the lock: {late}"
+    );
+    // Another run's token is not affected.
+    redis.cli(&[
+        "EVAL",
+        &acquire,
+        "4",
+        "redlock:k",
+        "{redlock:k}:fence",
+        "{redlock:k}:holder",
+        "{redlock:k}:cancelled",
+        "another-token",
+        "30000",
+        "60000",
+        "host",
+        "1",
+        "cmd",
+    ]);
+    assert_eq!(redis.get("redlock:k").as_deref(), Some("another-token"));
+}
+
+/// End to end: every request held up in the network until the run gave up. Whatever order
+/// the acquire and its take-back then arrive in, no lock is left behind.
+#[test]
+fn a_held_up_acquire_leaves_no_lock_whatever_the_order() {
+    let redis = RedisServer::start();
+    let proxy = proxy_to(&redis);
+    proxy.hold(Dir::Up);
+    let out = Wrapper::new()
+        .args([
+            "--redis",
+            &proxy.url(),
+            "--key",
+            "k",
+            "--connect-timeout",
+            "1s",
+        ])
+        .args(["--", "true"])
+        .run();
+    out.expect_code(69);
+    wait_until(secs(10), "both connections", || proxy.accepted() >= 2);
+    proxy.release(Dir::Up);
+    wait_until(secs(10), "the held requests to arrive", || {
+        redis.info_field("total_commands_processed") >= 2
+    });
+    std::thread::sleep(ms(200));
+    assert!(!redis.exists("redlock:k"), "a lock was left behind\n{out}");
+}

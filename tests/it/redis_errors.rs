@@ -43,7 +43,14 @@ fn redis_frozen_at_start_exits_69_after_connect_timeout() {
         !dir.path().join("marker").exists(),
         "command must not run\n{out}"
     );
-    assert_eq!(redis.dbsize(), 0, "nothing written\n{out}");
+    // Nothing but the cancelled token of the unanswered attempt (so that it cannot land
+    // if it arrives late): no lock, no holder info, no fence.
+    assert!(!redis.exists("redlock:k"), "a lock was left\n{out}");
+    let keys = redis.cli(&["KEYS", "*"]);
+    assert!(
+        keys.is_empty() || keys == "{redlock:k}:cancelled",
+        "unexpected keys {keys:?}\n{out}"
+    );
 }
 
 /// A server that accepts connections but never answers: --connect-timeout bounds the whole

@@ -24,7 +24,7 @@
 
 /// The suffixes of companion keys. A future companion (a waiter queue, a semaphore's limit)
 /// is added here, so the collision rule and its test cover it at once.
-pub const COMPANIONS: &[&str] = &["fence", "holder", "released"];
+pub const COMPANIONS: &[&str] = &["fence", "holder", "released", "cancelled"];
 
 /// The Redis keys of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,9 @@ pub struct Keys {
     pub holder: String,
     /// Pub/sub channel on which a release is announced, so waiters need not poll.
     pub released: String,
+    /// Tokens of acquire attempts taken back after a lost reply (a set), so that such an
+    /// attempt arriving late cannot take the lock.
+    pub cancelled: String,
 }
 
 /// Why a lock name cannot be used.
@@ -74,6 +77,7 @@ impl Keys {
             fence: companion("fence"),
             holder: companion("holder"),
             released: companion("released"),
+            cancelled: companion("cancelled"),
         })
     }
 }
@@ -212,7 +216,13 @@ mod tests {
         for name in names.iter().filter(|n| !n.is_empty()) {
             let Ok(keys) = Keys::new(name) else { continue };
             accepted += 1;
-            for key in [&keys.lock, &keys.fence, &keys.holder, &keys.released] {
+            for key in [
+                &keys.lock,
+                &keys.fence,
+                &keys.holder,
+                &keys.released,
+                &keys.cancelled,
+            ] {
                 assert_eq!(
                     hashed_part(key),
                     hashed_part(&keys.lock),

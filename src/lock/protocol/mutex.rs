@@ -19,6 +19,11 @@ use crate::lock::{Holder, HolderInfo, Released, Status};
 static ACQUIRE: Lua = Lua::new(include_str!("scripts/acquire.lua"));
 static RENEW: Lua = Lua::new(include_str!("scripts/renew.lua"));
 static RELEASE: Lua = Lua::new(include_str!("scripts/release.lua"));
+static CANCEL: Lua = Lua::new(include_str!("scripts/cancel.lua"));
+
+/// How long a cancelled acquire attempt is remembered: far longer than a request can linger
+/// in TCP retransmissions or a middlebox after its connection was given up.
+const CANCEL_KEEP: Duration = Duration::from_secs(10 * 60);
 
 /// How long the fence counter outlives the last acquisition. Losing it is harmless (the
 /// server clock carries the fence on, see acquire.lua); keeping it forever would leave one key
@@ -53,7 +58,7 @@ impl Mutex {
         let k = &self.keys;
         ScriptCall::new(
             &ACQUIRE,
-            &[&k.lock, &k.fence, &k.holder],
+            &[&k.lock, &k.fence, &k.holder, &k.cancelled],
             vec![
                 token.to_owned(),
                 millis(ttl).to_string(),
@@ -81,6 +86,16 @@ impl Mutex {
             &RELEASE,
             &[&k.lock, &k.holder, &k.released],
             vec![token.to_owned(), millis(keep).to_string()],
+        )
+    }
+
+    /// Take back an acquire attempt whose reply was lost, and refuse it if it lands later.
+    pub fn cancel(&self, token: &str) -> ScriptCall {
+        let k = &self.keys;
+        ScriptCall::new(
+            &CANCEL,
+            &[&k.lock, &k.holder, &k.released, &k.cancelled],
+            vec![token.to_owned(), millis(CANCEL_KEEP).to_string()],
         )
     }
 

@@ -55,11 +55,12 @@ impl Single {
         })
     }
 
-    /// Take back a write that may have landed; the compare in the script leaves any other
-    /// value alone. Sent as EVAL, on a new connection if the last one timed out, so that it
-    /// takes effect even if its own reply is lost too. Best effort: if it fails too, the key expires within its TTL.
+    /// Take back a write that may have landed, and cancel the token so that the write cannot
+    /// land later (cancel.lua); the compare in the script leaves any other value alone. Sent
+    /// as EVAL, on a new connection if the last one timed out, so that it takes effect even
+    /// if its own reply is lost too. The token is spent: the caller must use a new one. Best effort: if it fails too, the key expires within its TTL.
     async fn undo(&self, token: &Token, within: Duration) {
-        let call = self.mutex.release(&token.as_str(), Duration::ZERO);
+        let call = self.mutex.cancel(&token.as_str());
         let _ = self.server.eval(&call, "release", within).await;
     }
 

@@ -1,11 +1,17 @@
 -- Take the lock if it is free, in one atomic step: SET with a TTL, a new fence, holder info.
--- KEYS: lock, fence counter, holder hash.
+-- KEYS: lock, fence counter, holder hash, cancelled tokens.
 -- ARGV: token, ttl ms, fence counter ttl ms, host, pid, command.
--- Returns {1, fence} when acquired, {0, pttl, host, pid, acquired_ms} when busy.
+-- Returns {1, fence} when acquired, {0, pttl, host, pid, acquired_ms} when busy, {2} for an
+-- attempt that was cancelled (its reply has no reader).
 -- Every check that can fail runs before the first write: a script that errors half-way
 -- would otherwise leave a lock behind that nobody knows it holds.
-local lock, fence_key, holder = KEYS[1], KEYS[2], KEYS[3]
+local lock, fence_key, holder, cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl = ARGV[1], ARGV[2]
+
+-- An attempt that its run already took back (cancel.lua) arrived late: it must not land.
+if redis.call('SISMEMBER', cancelled, token) == 1 then
+  return {2}
+end
 
 local kind = redis.call('TYPE', lock).ok
 if kind ~= 'none' then
