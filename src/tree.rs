@@ -727,16 +727,17 @@ impl Guard {
         })
     }
 
-    /// Let the guard go (it kills the cgroup, if still there, removes it and exits) and reap
-    /// it if it exits within a moment; else it stays a zombie for any later `waitpid(-1)`.
+    /// Let the guard go after the wrapper removed the cgroup itself: one byte tells it to
+    /// exit without touching anything (a later cgroup could have the name by then). Not
+    /// waited for: it exits at once, and is reaped by a later `waitpid` or, once the wrapper
+    /// has exited, by init.
     fn release(self) {
+        // SAFETY: a one-byte write to a pipe this process owns.
+        unsafe {
+            libc::write(self.arm.as_raw_fd(), b"d".as_ptr().cast(), 1);
+        }
         drop(self.arm);
-        let _ = wait_until(Duration::from_millis(200), || {
-            !matches!(
-                waitpid(self.pid, Some(WaitPidFlag::WNOHANG)),
-                Ok(WaitStatus::StillAlive)
-            )
-        });
+        let _ = waitpid(self.pid, Some(WaitPidFlag::WNOHANG));
     }
 }
 
@@ -784,11 +785,15 @@ unsafe fn guard_main(arm: RawFd, kill: RawFd, dir: *const libc::c_char) -> ! {
     close_fds_except(arm, kill);
     libc::chdir(c"/".as_ptr());
     let mut buf = [0u8; 64];
-    // Nothing is ever written: the read ends with end-of-file when the wrapper has closed
-    // its end or is gone. Signals are ignored, so EINTR is rare.
+    // End-of-file: the wrapper is gone (or dropped its end without a word): kill the cgroup.
+    // Signals are ignored, so EINTR is rare.
     loop {
         let n = libc::read(arm, buf.as_mut_ptr().cast(), buf.len());
-        if n > 0 || (n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)) {
+        // A byte: the wrapper removed the cgroup itself and lets the guard go.
+        if n > 0 {
+            libc::_exit(0);
+        }
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
         break;
