@@ -645,7 +645,9 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
                 // changes, not ten times a second.
                 let now = Stamp::now();
                 let repeat = why == self.last_error
-                    && self.last_said.is_some_and(|at| now.since(at) < Duration::from_secs(1));
+                    && self
+                        .last_said
+                        .is_some_and(|at| now.since(at) < Duration::from_secs(1));
                 if !repeat {
                     report.info(
                         "renew-failed",
