@@ -33,7 +33,7 @@ pub enum FailureKind {
 
 impl RedisFailure {
     pub fn from_redis(err: &redis::RedisError, server: &str) -> Self {
-        let code = err.code().unwrap_or_default();
+        let code = script_error_code(err).unwrap_or_else(|| err.code().unwrap_or_default());
         // Redis refuses large commands from an unauthenticated client with a protocol error
         // before it gets to say NOAUTH.
         let unauthenticated = err.detail().is_some_and(|d| d.contains("unauthenticated"));
@@ -113,6 +113,21 @@ impl RedisFailure {
     pub fn is_transient(&self) -> bool {
         self.kind == FailureKind::Unreachable
     }
+}
+
+/// Before Redis 7.0 an error raised by a command inside a script reaches the client wrapped:
+/// `ERR Error running script (call to f_...): @user_script:50: -READONLY You can't write...`.
+/// The code of the command that failed is the one that tells what happened.
+fn script_error_code(err: &redis::RedisError) -> Option<&str> {
+    if err.code() != Some("ERR") {
+        return None;
+    }
+    let detail = err.detail()?;
+    if !detail.contains("Error running script") {
+        return None;
+    }
+    let code = detail.split(" -").nth(1)?.split_whitespace().next()?;
+    (!code.is_empty() && code.chars().all(|c| c.is_ascii_uppercase())).then_some(code)
 }
 
 /// The error in words, without anything that could quote a password.
