@@ -281,8 +281,8 @@ impl Job {
     /// The command was suspended by `sig` at a terminal: stop its whole group, give the
     /// terminal back, and stop the wrapper with the same signal. Returns once the wrapper is
     /// continued (`fg`, `bg`); the caller checks the lease, then calls [`Job::resume`].
-    /// Returns false when the wrapper was not stopped at all (the kernel does not stop an
-    /// orphaned process group): then nobody is going to continue the job.
+    /// Returns false, without stopping anything of the wrapper, when its process group is
+    /// orphaned: the kernel would not stop it, and nobody would continue the job.
     pub fn suspend_with(&mut self, sig: Signal) -> bool {
         // The "stopping too" line reaches stderr before the writer thread stops with us.
         crate::sink::drain(Duration::from_millis(50));
@@ -299,10 +299,11 @@ impl Job {
         // The terminal sent `sig` to the command's group in place of the wrapper's: the
         // wrapper's group (the wrapper, and a script or pipeline it is part of) stops as it
         // would have with the bare command, and the shell sees its job stopped.
-        let before = std::time::Instant::now();
+        if group_is_orphaned() {
+            return false;
+        }
         stop_group(sig);
-        // Stopped and continued by a person takes far longer; back at once means not stopped.
-        before.elapsed() >= Duration::from_millis(5)
+        true
     }
 
     /// Continue the command after the wrapper was continued with its lease intact: in the
@@ -366,6 +367,39 @@ impl Job {
         }
         true
     }
+}
+
+/// Whether the wrapper's process group is orphaned: no process on the wrapper's line of
+/// ancestors outside the group is in the same session. The kernel does not stop an
+/// orphaned group with SIGTSTP, SIGTTIN or SIGTTOU (no shell would continue it).
+fn group_is_orphaned() -> bool {
+    let group = getpgrp().as_raw();
+    let session = nix::unistd::getsid(None).map_or(-1, |s| s.as_raw());
+    let mut pid = getppid().as_raw();
+    for _ in 0..64 {
+        let Some((ppid, pgrp, sid)) = stat_ids(pid) else {
+            return true;
+        };
+        if pgrp != group {
+            return sid != session;
+        }
+        if ppid <= 0 {
+            return true;
+        }
+        pid = ppid;
+    }
+    true
+}
+
+/// Parent pid, process group and session of `pid`, from /proc/PID/stat.
+fn stat_ids(pid: i32) -> Option<(i32, i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields follow the last ')'.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace().skip(1);
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    let sid = fields.next()?.parse().ok()?;
+    Some((ppid, pgrp, sid))
 }
 
 fn is_job_control(sig: Signal) -> bool {
