@@ -116,55 +116,33 @@ impl Job {
     pub fn spawn(command: &config::Command, env: &[(&str, String)]) -> Result<Job, SpawnError> {
         // Listening before the fork, so no SIGCHLD of the command can be missed.
         let sigchld = signal(SignalKind::child()).map_err(SpawnError::Internal)?;
-        let tree = Tree::new();
-        let join = tree.pre_exec_join().map_err(SpawnError::Internal)?;
-        let mut cmd = std::process::Command::new(&command.program);
-        cmd.args(&command.args);
-        cmd.envs(
-            env.iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-        );
-        cmd.process_group(0);
         let terminal = Terminal::find();
         let take_terminal = terminal.as_ref().is_some_and(|t| t.foreground_is_ours());
         let tty = terminal.as_ref().map(|t| t.raw());
-        let keep_sigpipe_ignored = signals::sigpipe_ignored_at_start();
-        let wrapper = getpid();
-        // SAFETY: the closure runs in the forked child before exec. It only makes
-        // async-signal-safe syscalls (setpgid, prctl, getppid, getpid, kill, pthread_sigmask,
-        // tcsetpgrp, sigaction) through nix's thin wrappers, and allocates nothing (an error is
-        // a raw errno).
-        unsafe {
-            // First: in the command's cgroup before anything else can happen or fork.
-            cmd.pre_exec(join);
-            cmd.pre_exec(move || {
-                // Be the group leader already, whatever order std applies its own setup in;
-                // tcsetpgrp below needs the group to exist.
-                let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-                prctl::set_pdeathsig(Signal::SIGKILL)?;
-                // The wrapper may have died between fork and prctl; then nobody would kill us.
-                if getppid() != wrapper {
-                    let _ = kill(getpid(), Signal::SIGKILL);
+        let mut tree = Tree::new();
+        let child = match spawn_in(&tree, command, env, take_terminal, tty) {
+            // The child could not join the cgroup (a delegation rule, a cgroup namespace):
+            // the /proc mode then, and the command spawned again; it never started.
+            Err(e) => match tree.join_error() {
+                Some(why) => {
+                    tree = tree.fall_back(&why);
+                    spawn_in(&tree, command, env, take_terminal, tty)
                 }
-                if let (true, Some(fd)) = (take_terminal, tty) {
-                    give_terminal(BorrowedFd::borrow_raw(fd), getpid());
-                }
-                // std resets SIGPIPE to its default for the child; a SIGPIPE that was ignored
-                // when the wrapper started stays ignored, as if the command ran directly.
-                if keep_sigpipe_ignored {
-                    let _ = nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn);
-                }
-                Ok(())
-            });
+                None => Err(e),
+            },
+            ok => ok,
         }
-        let child = cmd.spawn().map_err(|e| {
+        .map_err(|e| {
             // A join that failed (the cgroup removed under us) is ours, not the command's.
             let cgroup_gone =
                 tree.mode() == Mode::Cgroup && tree.cgroup_dir().is_some_and(|dir| !dir.exists());
-            if cgroup_gone {
-                SpawnError::Internal(e)
-            } else {
-                classify_spawn_error(e)
+            match e {
+                SpawnError::NotFound(e) | SpawnError::NotExecutable(e)
+                    if cgroup_gone || tree.join_error().is_some() =>
+                {
+                    SpawnError::Internal(e)
+                }
+                e => e,
             }
         })?;
         // From here on the wrapper's own messages must not stop it (see the module doc).
@@ -367,6 +345,54 @@ impl Job {
         }
         true
     }
+}
+
+/// Spawn `command` in its own process group, joining `tree` first thing.
+fn spawn_in(
+    tree: &Tree,
+    command: &config::Command,
+    env: &[(&str, String)],
+    take_terminal: bool,
+    tty: Option<i32>,
+) -> Result<std::process::Child, SpawnError> {
+    let join = tree.pre_exec_join().map_err(SpawnError::Internal)?;
+    let mut cmd = std::process::Command::new(&command.program);
+    cmd.args(&command.args);
+    cmd.envs(
+        env.iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
+    cmd.process_group(0);
+    let keep_sigpipe_ignored = signals::sigpipe_ignored_at_start();
+    let wrapper = getpid();
+    // SAFETY: the closures run in the forked child before exec. They only make
+    // async-signal-safe syscalls (write, setpgid, prctl, getppid, getpid, kill,
+    // pthread_sigmask, tcsetpgrp, sigaction) through nix's thin wrappers or libc, and allocate
+    // nothing (an error is a raw errno).
+    unsafe {
+        // First: in the command's cgroup before anything else can happen or fork.
+        cmd.pre_exec(join);
+        cmd.pre_exec(move || {
+            // Be the group leader already, whatever order std applies its own setup in;
+            // tcsetpgrp below needs the group to exist.
+            let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+            prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // The wrapper may have died between fork and prctl; then nobody would kill us.
+            if getppid() != wrapper {
+                let _ = kill(getpid(), Signal::SIGKILL);
+            }
+            if let (true, Some(fd)) = (take_terminal, tty) {
+                give_terminal(BorrowedFd::borrow_raw(fd), getpid());
+            }
+            // std resets SIGPIPE to its default for the child; a SIGPIPE that was ignored
+            // when the wrapper started stays ignored, as if the command ran directly.
+            if keep_sigpipe_ignored {
+                let _ = nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn);
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(classify_spawn_error)
 }
 
 /// Whether the wrapper's process group is orphaned: no process on the wrapper's line of

@@ -151,16 +151,41 @@ impl Tree {
         if no_cgroup_requested(std::env::var_os(NO_CGROUP_ENV)) {
             return Tree::proc_mode(format!("{NO_CGROUP_ENV} is set"));
         }
-        match Tree::with_cgroup() {
-            Ok(tree) => tree,
+        match Cgroup::create(false) {
+            Ok(cgroup) => Tree {
+                inner: Inner::Cgroup(cgroup),
+                fallback: None,
+            },
             Err(e) => Tree::proc_mode(e.to_string()),
         }
+    }
+
+    /// After a spawn failed: whether the child could not join the cgroup (and why). Then
+    /// [`Tree::fall_back`] and spawn again.
+    pub fn join_error(&self) -> Option<io::Error> {
+        let Inner::Cgroup(cg) = &self.inner else {
+            return None;
+        };
+        let mut buf = [0u8; 4];
+        // SAFETY: reads into a local buffer from a descriptor this tree owns.
+        let n = unsafe { libc::read(cg.join_errors.as_raw_fd(), buf.as_mut_ptr().cast(), 4) };
+        (n == 4).then(|| io::Error::from_raw_os_error(i32::from_ne_bytes(buf)))
+    }
+
+    /// Give up the cgroup (removed, its guard let go) for the /proc mode, saying why.
+    pub fn fall_back(self, why: &io::Error) -> Tree {
+        let dir = self.cgroup_dir().map(|d| d.display().to_string());
+        drop(self);
+        Tree::proc_mode(format!(
+            "a process cannot be moved into {}: {why}",
+            dir.unwrap_or_default()
+        ))
     }
 
     /// The cgroup mode, or why it is not available here.
     pub fn with_cgroup() -> io::Result<Tree> {
         Ok(Tree {
-            inner: Inner::Cgroup(Cgroup::create()?),
+            inner: Inner::Cgroup(Cgroup::create(true)?),
             fallback: None,
         })
     }
@@ -217,12 +242,22 @@ impl Tree {
     /// The closure owns its descriptor (close-on-exec, closed when the `Command` is dropped),
     /// so it stays valid however long the `Command` lives. Register it first.
     pub fn pre_exec_join(&self) -> io::Result<impl Fn() -> io::Result<()> + Send + Sync + 'static> {
-        let fd: Option<OwnedFd> = match &self.inner {
-            Inner::Cgroup(cg) => Some(OwnedFd::from(cg.procs.try_clone()?)),
+        let fds: Option<(OwnedFd, OwnedFd)> = match &self.inner {
+            Inner::Cgroup(cg) => Some((
+                OwnedFd::from(cg.procs.try_clone()?),
+                cg.join_errors_in.try_clone()?,
+            )),
             Inner::Proc(_) => None,
         };
-        Ok(move || match &fd {
-            Some(fd) => join_raw(fd.as_raw_fd()),
+        Ok(move || match &fds {
+            Some((procs, errors)) => join_raw(procs.as_raw_fd()).inspect_err(|e| {
+                // Tell the parent that the join, not the exec, failed (see `join_error`).
+                let code = e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
+                // SAFETY: a write of a local buffer; async-signal-safe.
+                unsafe {
+                    libc::write(errors.as_raw_fd(), code.as_ptr().cast(), code.len());
+                }
+            }),
             None => Ok(()),
         })
     }
@@ -409,6 +444,10 @@ struct Cgroup {
     kill: File,
     /// `cgroup.events`, read with `pread` and polled for changes.
     events: File,
+    /// A failed join in a forked child writes its errno here (read end, non-blocking).
+    join_errors: OwnedFd,
+    /// The write end, duplicated into each join closure.
+    join_errors_in: OwnedFd,
     guard: Option<Guard>,
     closed: bool,
 }
@@ -421,7 +460,10 @@ struct Guard {
 }
 
 impl Cgroup {
-    fn create() -> io::Result<Cgroup> {
+    /// `probe`: fork a process that joins first, to refuse a cgroup that cannot be joined
+    /// before anything depends on it. Without it (the spawner's choice: it saves a fork and a
+    /// migration on every run) a failed join shows in [`Tree::join_error`] after the spawn.
+    fn create(probe: bool) -> io::Result<Cgroup> {
         let own = fs::read_to_string("/proc/self/cgroup")
             .map_err(|e| context("cannot read /proc/self/cgroup", e))?;
         let own = parse_own_cgroup(&own).ok_or_else(|| {
@@ -446,12 +488,12 @@ impl Cgroup {
             )
         })?;
         let dir = make_cgroup_dir(&parent)?;
-        Cgroup::open(dir.clone()).inspect_err(|_| {
+        Cgroup::open(dir.clone(), probe).inspect_err(|_| {
             let _ = fs::remove_dir(&dir);
         })
     }
 
-    fn open(dir: PathBuf) -> io::Result<Cgroup> {
+    fn open(dir: PathBuf, probe: bool) -> io::Result<Cgroup> {
         let write = |name: &str| {
             OpenOptions::new()
                 .write(true)
@@ -468,18 +510,27 @@ impl Cgroup {
         })?;
         let events = File::open(dir.join("cgroup.events"))
             .map_err(|e| context("cannot open cgroup.events", e))?;
-        probe_join(&procs).map_err(|e| {
-            context(
-                &format!("a process cannot be moved into {}", dir.display()),
-                e,
-            )
-        })?;
+        if probe {
+            probe_join(&procs).map_err(|e| {
+                context(
+                    &format!("a process cannot be moved into {}", dir.display()),
+                    e,
+                )
+            })?;
+        }
+        let (join_errors, join_errors_in) = pipe_cloexec()?;
+        // SAFETY: fcntl on a descriptor this function owns; only its status flags change.
+        unsafe {
+            libc::fcntl(join_errors.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK);
+        }
         let guard = Guard::spawn(&kill, &dir).map_err(|e| context("cannot start the guard", e))?;
         Ok(Cgroup {
             dir,
             procs,
             kill,
             events,
+            join_errors,
+            join_errors_in,
             guard: Some(guard),
             closed: false,
         })
