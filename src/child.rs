@@ -398,7 +398,7 @@ fn spawn_in(
 /// Whether the wrapper's process group is orphaned: no process on the wrapper's line of
 /// ancestors outside the group is in the same session. The kernel does not stop an
 /// orphaned group with SIGTSTP, SIGTTIN or SIGTTOU (no shell would continue it).
-fn group_is_orphaned() -> bool {
+pub fn group_is_orphaned() -> bool {
     let group = getpgrp().as_raw();
     let session = nix::unistd::getsid(None).map_or(-1, |s| s.as_raw());
     let mut pid = getppid().as_raw();

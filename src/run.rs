@@ -188,7 +188,8 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
             .unwrap_or_default(),
         _ => Duration::ZERO,
     };
-    let release = release(cfg, &lock, &token, keep, report).await;
+    let lost = matches!(under, Under::LateStart | Under::Ran { lease: Some(_), .. });
+    let release = release(cfg, &lock, &token, keep, lost, report).await;
     let outcome = Outcome::Held { under, release };
     tell(cfg, lock.name(), &outcome, keep, report);
     (outcome, at_terminal)
@@ -549,7 +550,9 @@ async fn supervise<L: Lock>(
                     Ok(Event::Suspended(sig)) => {
                         // Stopped at a terminal (Ctrl-Z, a background read): follow the
                         // command, and on waking check the lease before continuing it.
-                        report.info("suspended", format_args!("the command was stopped by {sig}; stopping too"));
+                        if !child::group_is_orphaned() {
+                            report.info("suspended", format_args!("the command was stopped by {sig}; stopping too"));
+                        }
                         if job.suspend_with(sig) {
                             resume = true;
                         } else {
@@ -787,17 +790,37 @@ impl Stopper {
     }
 }
 
+/// How long a release is given once the lease is known lost: the compare-and-delete can then
+/// only tidy up, and must not hold up the exit for a whole --connect-timeout.
+const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(1);
+
 async fn release<L: Lock>(
     cfg: &RunConfig,
     lock: &L,
     token: &Token,
     keep: Duration,
+    lost: bool,
     report: &Reporter,
 ) -> ReleaseResult {
-    match lock.release(token, keep).await {
+    let within = if lost {
+        cfg.target.timeout.min(RELEASE_AFTER_LOSS)
+    } else {
+        cfg.target.timeout
+    };
+    match lock.release(token, keep, within).await {
         Ok(Released::Released) => ReleaseResult::Released,
         Ok(Released::HeldByOther) => ReleaseResult::HeldByOther,
         Ok(Released::Gone) => ReleaseResult::Gone,
+        Err(e) if lost => {
+            report.info(
+                "release-failed",
+                format_args!(
+                    "could not release {} ({e}); its lease had run out already",
+                    lock.name()
+                ),
+            );
+            ReleaseResult::Unreachable
+        }
         Err(e) => {
             report.warn(
                 "release-failed",

@@ -80,8 +80,14 @@ pub trait Lock {
         within: Duration,
     ) -> Result<Renewal, RedisFailure>;
 
-    /// Release if ours. With `keep` > 0 the lock is left to expire after `keep` instead.
-    async fn release(&self, token: &Token, keep: Duration) -> Result<Released, RedisFailure>;
+    /// Release if ours, within `within`. With `keep` > 0 the lock is left to expire after
+    /// `keep` instead.
+    async fn release(
+        &self,
+        token: &Token,
+        keep: Duration,
+        within: Duration,
+    ) -> Result<Released, RedisFailure>;
 
     /// Announcements that the lock was released, within `within`; `None` if the backend has
     /// none or they could not be set up (waiting then polls alone).
@@ -241,9 +247,14 @@ impl Lock for Backend {
         }
     }
 
-    async fn release(&self, token: &Token, keep: Duration) -> Result<Released, RedisFailure> {
+    async fn release(
+        &self,
+        token: &Token,
+        keep: Duration,
+        within: Duration,
+    ) -> Result<Released, RedisFailure> {
         match self {
-            Backend::Single(b) => b.release(token, keep).await,
+            Backend::Single(b) => b.release(token, keep, within).await,
         }
     }
 

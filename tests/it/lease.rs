@@ -634,3 +634,29 @@ fn hold_at_least_is_not_kept_when_the_shell_could_not_run_the_program() {
     out.expect_code(127);
     assert!(!redis.exists("redlock:k"), "the lock was kept\n{out}");
 }
+
+/// Redis frozen mid-run: once the lease is lost, the release can only tidy up; it must not
+/// hold up the exit for a whole --connect-timeout (5 s by default).
+#[test]
+fn the_release_after_a_lost_lease_does_not_hold_up_the_exit() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let run = Wrapper::on(&redis, "k")
+        .args(["--ttl", "2s", "--grace", "500ms"])
+        .sh("echo $$ > pid; exec sleep 60")
+        .current_dir(dir.path())
+        .spawn();
+    let child = read_pid_file(&dir.path().join("pid"), secs(10));
+    let _guard = PidGuard::new(child);
+    redis.pause();
+    let frozen = std::time::Instant::now();
+    let out = run.wait(secs(30));
+    redis.resume();
+    out.expect_code(74);
+    // Lease about 2 s, release at most 1 s: well under 2 s + 5 s.
+    assert!(
+        frozen.elapsed() < secs(5),
+        "exit {:?} after Redis froze\n{out}",
+        frozen.elapsed()
+    );
+}

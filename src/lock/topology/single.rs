@@ -152,12 +152,14 @@ impl Lock for Single {
         }
     }
 
-    async fn release(&self, token: &Token, keep: Duration) -> Result<Released, RedisFailure> {
+    async fn release(
+        &self,
+        token: &Token,
+        keep: Duration,
+        within: Duration,
+    ) -> Result<Released, RedisFailure> {
         let call = self.mutex.release(&token.as_str(), keep);
-        let reply = self
-            .server
-            .script(&call, None, "release", self.timeout)
-            .await?;
+        let reply = self.server.script(&call, None, "release", within).await?;
         mutex::parse_release(&reply.value).ok_or_else(|| self.unexpected("release", &reply.value))
     }
 
