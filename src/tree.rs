@@ -990,6 +990,48 @@ impl ProcTree {
 
     /// Every descendant, zombies included.
     fn members(&self) -> Vec<Stat> {
+        self.members_by_children()
+            .unwrap_or_else(|| self.members_by_scan())
+    }
+
+    /// Down the `children` lists of each thread (`/proc/PID/task/TID/children`), reading only
+    /// the tree's own processes: a walk costs the size of the tree, not of the whole system.
+    /// `None` where the kernel has no such lists (CONFIG_PROC_CHILDREN off).
+    fn members_by_children(&self) -> Option<Vec<Stat>> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut queue = vec![self.root];
+        while let Some(parent) = queue.pop() {
+            let tasks = match fs::read_dir(format!("/proc/{parent}/task")) {
+                Ok(tasks) => tasks,
+                Err(_) if parent == self.root => return None,
+                Err(_) => continue, // gone meanwhile
+            };
+            for task in tasks.flatten() {
+                let Ok(list) = fs::read_to_string(task.path().join("children")) else {
+                    if parent == self.root {
+                        return None;
+                    }
+                    continue;
+                };
+                for pid in list
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                {
+                    let Some(stat) = read_stat(pid) else { continue };
+                    if self.excluded.contains(&(stat.pid, stat.start)) || !seen.insert(stat.pid) {
+                        continue;
+                    }
+                    out.push(stat);
+                    queue.push(stat.pid);
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// The same by reading every process in /proc, for kernels without `children` lists.
+    fn members_by_scan(&self) -> Vec<Stat> {
         let all = scan();
         let mut children: HashMap<i32, Vec<&Stat>> = HashMap::new();
         for s in &all {
@@ -1693,6 +1735,42 @@ exec sleep 60
         // this binary that made this process a subreaper may legitimately clean it up.
         helper.expect("ok");
         helper.finish();
+    }
+
+    /// The walk down the `children` lists and the walk over all of /proc find the same
+    /// descendants (the second is the fallback for kernels without the lists).
+    #[test]
+    fn both_proc_walks_find_a_child_and_its_child() {
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let grandchild: i32 = line.trim().parse().unwrap();
+        let tree = ProcTree {
+            root: getpid().as_raw(),
+            excluded: HashSet::new(),
+        };
+        let by_children: HashSet<i32> = tree
+            .members_by_children()
+            .expect("this kernel has children lists")
+            .iter()
+            .map(|s| s.pid)
+            .collect();
+        let by_scan: HashSet<i32> = tree.members_by_scan().iter().map(|s| s.pid).collect();
+        let _ = kill(Pid::from_raw(grandchild), Signal::SIGKILL);
+        let _ = child.kill();
+        let _ = child.wait();
+        for pid in [child.id() as i32, grandchild] {
+            assert!(by_children.contains(&pid), "children walk missed {pid}");
+            assert!(by_scan.contains(&pid), "scan missed {pid}");
+        }
     }
 
     #[test]
