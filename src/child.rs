@@ -259,9 +259,9 @@ impl Job {
     /// The command was suspended by `sig` at a terminal: stop its whole group, give the
     /// terminal back, and stop the wrapper with the same signal. Returns once the wrapper is
     /// continued (`fg`, `bg`); the caller checks the lease, then calls [`Job::resume`].
-    /// Returns false, without stopping anything of the wrapper, when its process group is
-    /// orphaned: the kernel would not stop it, and nobody would continue the job.
-    pub fn suspend_with(&mut self, sig: Signal) -> bool {
+    /// Only for a wrapper whose group is not orphaned ([`group_is_orphaned`]): the kernel
+    /// does not stop an orphaned group, and nobody would continue the job.
+    pub fn suspend_with(&mut self, sig: Signal) {
         // The "stopping too" line reaches stderr before the writer thread stops with us.
         crate::sink::drain(Duration::from_millis(50));
         // Everything stops, not only the leader that the signal reached: the group, and any
@@ -277,11 +277,7 @@ impl Job {
         // The terminal sent `sig` to the command's group in place of the wrapper's: the
         // wrapper's group (the wrapper, and a script or pipeline it is part of) stops as it
         // would have with the bare command, and the shell sees its job stopped.
-        if group_is_orphaned() {
-            return false;
-        }
         stop_group(sig);
-        true
     }
 
     /// Continue the command after the wrapper was continued with its lease intact: in the

@@ -73,6 +73,14 @@ pub enum Under {
     },
 }
 
+impl Under {
+    /// The lease is known to be gone (ran out before the start, or lost while running): the
+    /// release can then only tidy up, and its "not ours" is no news.
+    fn lease_lost(&self) -> bool {
+        matches!(self, Under::LateStart | Under::Ran { lease: Some(_), .. })
+    }
+}
+
 /// Why the lease could not be kept while the command ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseEnd {
@@ -188,8 +196,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
             .unwrap_or_default(),
         _ => Duration::ZERO,
     };
-    let lost = matches!(under, Under::LateStart | Under::Ran { lease: Some(_), .. });
-    let release = release(cfg, &lock, &token, keep, lost, report).await;
+    let release = release(cfg, &lock, &token, keep, under.lease_lost(), report).await;
     let outcome = Outcome::Held { under, release };
     tell(cfg, lock.name(), &outcome, keep, report);
     (outcome, at_terminal)
@@ -550,12 +557,7 @@ async fn supervise<L: Lock>(
                     Ok(Event::Suspended(sig)) => {
                         // Stopped at a terminal (Ctrl-Z, a background read): follow the
                         // command, and on waking check the lease before continuing it.
-                        if !child::group_is_orphaned() {
-                            report.info("suspended", format_args!("the command was stopped by {sig}; stopping too"));
-                        }
-                        if job.suspend_with(sig) {
-                            resume = true;
-                        } else {
+                        if child::group_is_orphaned() {
                             // The kernel does not stop an orphaned process group: the wrapper
                             // cannot follow, and a command continued would only be stopped
                             // again (for ever, at full speed). It ends, as a read from an
@@ -569,6 +571,10 @@ async fn supervise<L: Lock>(
                                 ),
                             );
                             stopper.terminate(job, Stamp::now().checked_add(cfg.grace));
+                        } else {
+                            report.info("suspended", format_args!("the command was stopped by {sig}; stopping too"));
+                            job.suspend_with(sig);
+                            resume = true;
                         }
                         continue;
                     }
@@ -840,7 +846,7 @@ fn tell(cfg: &RunConfig, key: &str, outcome: &Outcome, keep: Duration, report: &
     let Outcome::Held { under, release } = outcome else {
         return;
     };
-    let lost_known = matches!(under, Under::LateStart | Under::Ran { lease: Some(_), .. });
+    let lost_known = under.lease_lost();
     match release {
         ReleaseResult::Released if keep.is_zero() => {
             report.info("released", format_args!("released {key}"))
