@@ -54,13 +54,13 @@ _redlock_run() {
     local opts long_values short_values
     case $sub in
     status)
-        opts='--key --redis --password-file --prefix --connect-timeout --json --log-format --help -k -r -h'
-        long_values=' --key --redis --password-file --prefix --connect-timeout --log-format '
+        opts='--key --redis --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --json --log-format --help -k -r -h'
+        long_values=' --key --redis --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
     *)
-        opts='--key --redis --password-file --prefix --connect-timeout --ttl --heartbeat --wait --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
-        long_values=' --key --redis --password-file --prefix --connect-timeout --ttl --heartbeat --wait --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --log-format '
+        opts='--key --redis --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
+        long_values=' --key --redis --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --log-format '
         short_values='krtwEc'
         ;;
     esac
@@ -133,6 +133,9 @@ _redlock_run() {
     if [[ -n $value_of ]]; then
         case $value_of in
         --password-file) ;; # file names (complete -o default)
+        --tls-ca-cert) ;; # file names (complete -o default)
+        --tls-cert) ;; # file names (complete -o default)
+        --tls-key) ;; # file names (complete -o default)
         --log-format) _redlock_run_reply -W 'text json' -- "$cur" ;;
         *) compopt +o default +o bashdefault 2>/dev/null ;; # free text
         esac

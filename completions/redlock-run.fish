@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_redlock_run_global_optspecs
-    string join \n k/key= r/redis= password-file= prefix= connect-timeout= t/ttl= heartbeat= w/wait= E/conflict-exit-code= grace= max-runtime= hold-at-least= min-replicas= replica-timeout= c/command= q/quiet v/verbose log-format= h/help V/version
+    string join \n k/key= r/redis= password-file= prefix= connect-timeout= tls-ca-cert= tls-cert= tls-key= t/ttl= heartbeat= w/wait= E/conflict-exit-code= grace= max-runtime= hold-at-least= min-replicas= replica-timeout= c/command= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_redlock_run_needs_command
@@ -31,6 +31,9 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -s r -l redis -d '
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l connect-timeout -d 'Bound on connecting to Redis (the whole start) and on each reply' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-ca-cert -d 'TLS: trust the CA certificates in FILE (PEM) instead of the system\'s' -r -F
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-cert -d 'TLS: present the client certificate in FILE (PEM); needs --tls-key' -r -F
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-key -d 'TLS: the private key (PEM) of --tls-cert' -r -F
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s t -l ttl -d 'Lease length: a holder that dies frees the lock within it' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l heartbeat -d 'Renewal interval [default: ttl/3]' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'Wait up to DUR for a busy lock: 0 tries once, forever (or inf) has no limit' -r
@@ -54,6 +57,9 @@ complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s r -l 
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l connect-timeout -d 'Bound on connecting to Redis (the whole start) and on each reply' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l tls-ca-cert -d 'TLS: trust the CA certificates in FILE (PEM) instead of the system\'s' -r -F
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l tls-cert -d 'TLS: present the client certificate in FILE (PEM); needs --tls-key' -r -F
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l tls-key -d 'TLS: the private key (PEM) of --tls-cert' -r -F
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l log-format -d 'Format of the messages on stderr' -r -f -a "text\t'One "redlock-run: ..." line a message'
 json\t'One JSON object a line'"
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l json -d 'Print one JSON object instead of text'

@@ -183,6 +183,33 @@ pub struct ConnArgs {
     #[arg(long, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", default_value = "5s",
           value_parser = parse_duration)]
     pub connect_timeout: Duration,
+
+    /// TLS: trust the CA certificates in FILE (PEM) instead of the system's.
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_CA_CERT",
+        value_name = "FILE",
+        help_heading = "TLS"
+    )]
+    pub tls_ca_cert: Option<PathBuf>,
+
+    /// TLS: present the client certificate in FILE (PEM); needs --tls-key.
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_CERT",
+        value_name = "FILE",
+        help_heading = "TLS"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// TLS: the private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_KEY",
+        value_name = "FILE",
+        help_heading = "TLS"
+    )]
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -33,14 +33,110 @@ fn usage(msg: impl Into<String>) -> UsageError {
     UsageError(msg.into())
 }
 
-/// Where the lock lives: the Redis server and the key.
+/// Where the lock lives: the Redis servers and the key.
 #[derive(Debug, Clone)]
 pub struct Target {
-    pub redis: redis::ConnectionInfo,
+    pub endpoint: Endpoint,
     /// The URL with any password replaced by `***`, for messages.
     pub redis_shown: String,
     pub key: String,
     pub timeout: Duration,
+    /// `--tls-*`: certificates for every TLS connection of this run.
+    pub tls: Tls,
+}
+
+/// Which servers hold the lock, one variant per topology (see `lock::Backend`).
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// One server: `redis://`, `rediss://`, `valkey://`, `valkeys://`, `unix://`.
+    Single(redis::ConnectionInfo),
+}
+
+impl Endpoint {
+    /// Whether the data connections use TLS.
+    pub fn uses_tls(&self) -> bool {
+        match self {
+            Endpoint::Single(info) => is_tls(info),
+        }
+    }
+}
+
+/// Whether `info` is a TLS connection.
+pub fn is_tls(info: &redis::ConnectionInfo) -> bool {
+    matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
+}
+
+/// Certificates from `--tls-ca-cert`, `--tls-cert` and `--tls-key`, read before Redis is
+/// contacted (a missing file is a usage error, not a failed connection).
+#[derive(Clone, Default)]
+pub struct Tls {
+    /// PEM CA certificates to trust instead of the system's.
+    pub ca: Option<Vec<u8>>,
+    /// PEM client certificate and key, for servers that authenticate clients.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for Tls {
+    // Never print a private key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("ca", &self.ca.is_some())
+            .field("client", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl Tls {
+    fn from_args(conn: &ConnArgs) -> Result<Tls, UsageError> {
+        let read = |flag: &str, path: &std::path::Path| {
+            let bytes = std::fs::read(path)
+                .map_err(|e| usage(format!("cannot read {flag} {}: {e}", path.display())))?;
+            if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+                return Err(usage(format!(
+                    "{flag} {}: not a PEM file (no -----BEGIN line)",
+                    path.display()
+                )));
+            }
+            Ok(bytes)
+        };
+        let ca = match &conn.tls_ca_cert {
+            Some(path) => Some(read("--tls-ca-cert", path)?),
+            None => None,
+        };
+        let client = match (&conn.tls_cert, &conn.tls_key) {
+            (Some(cert), Some(key)) => Some((read("--tls-cert", cert)?, read("--tls-key", key)?)),
+            (Some(_), None) => return Err(usage("--tls-cert needs --tls-key (its private key)")),
+            (None, Some(_)) => return Err(usage("--tls-key needs --tls-cert (its certificate)")),
+            (None, None) => None,
+        };
+        let tls = Tls { ca, client };
+        if tls.is_set() && !cfg!(feature = "tls") {
+            return Err(usage(
+                "--tls-* options: this build has no TLS support (build with --features tls)",
+            ));
+        }
+        Ok(tls)
+    }
+
+    /// Whether any `--tls-*` option was given.
+    pub fn is_set(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
+
+    /// The certificates in the redis crate's form, when any were given.
+    #[cfg(feature = "tls")]
+    pub fn certificates(&self) -> Option<redis::TlsCertificates> {
+        self.is_set().then(|| redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca.clone(),
+        })
+    }
 }
 
 /// What to run and how.
@@ -95,31 +191,53 @@ impl Target {
             return Err(usage("--connect-timeout is longer than 10 years"));
         }
         let redis_shown = redis_url::redact(&conn.redis);
-        let mut redis = redis_url::parse(&conn.redis).map_err(UsageError)?;
+        let mut endpoint = redis_url::parse(&conn.redis).map_err(UsageError)?;
         if let Some(path) = &conn.password_file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                usage(format!(
-                    "cannot read --password-file {}: {e}",
-                    path.display()
-                ))
-            })?;
-            let password = text.trim_end_matches(['\n', '\r']);
-            if password.is_empty() {
-                return Err(usage(format!(
-                    "--password-file {} is empty",
-                    path.display()
-                )));
-            }
-            let settings = redis.redis_settings().clone().set_password(password);
-            redis = redis.set_redis_settings(settings);
+            let password = read_password(path)?;
+            endpoint = match endpoint {
+                Endpoint::Single(info) => Endpoint::Single(with_password(info, &password)),
+            };
+        }
+        let tls = Tls::from_args(conn)?;
+        if tls.is_set() && !endpoint.uses_tls() {
+            // The user expects an encrypted, authenticated connection: never fall back to
+            // plain text silently.
+            return Err(usage(format!(
+                "--tls-* options given, but --redis {redis_shown} does not use TLS (use rediss://)"
+            )));
         }
         Ok(Target {
-            redis,
+            endpoint,
             redis_shown,
             key,
             timeout: conn.connect_timeout,
+            tls,
         })
     }
+}
+
+/// The password in `--password-file`, without its trailing newline.
+fn read_password(path: &std::path::Path) -> Result<String, UsageError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        usage(format!(
+            "cannot read --password-file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let password = text.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        return Err(usage(format!(
+            "--password-file {} is empty",
+            path.display()
+        )));
+    }
+    Ok(password.to_owned())
+}
+
+/// `info` with its password replaced by `password`.
+pub fn with_password(info: redis::ConnectionInfo, password: &str) -> redis::ConnectionInfo {
+    let settings = info.redis_settings().clone().set_password(password);
+    info.set_redis_settings(settings)
 }
 
 impl RunConfig {

@@ -6,9 +6,16 @@
 //! *last* `@`: a host never contains one. Query parameters that carry a password are hidden
 //! too.
 
-/// Parse `url` into connection settings. The error is one line that shows the URL only as
+use crate::config::Endpoint;
+/// Parse `url` into the servers to use. The error is one line that shows the URL only as
 /// [`redact`] does.
-pub fn parse(url: &str) -> Result<redis::ConnectionInfo, String> {
+pub fn parse(url: &str) -> Result<Endpoint, String> {
+    parse_server(url).map(Endpoint::Single)
+}
+
+/// Parse the URL of one server (`redis://`, `rediss://`, `valkey://`, `valkeys://`,
+/// `unix://`) into connection settings.
+pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
     let shown = redact(url);
     let Some((scheme, rest)) = split_scheme(url) else {
         let hint = if url.contains(':') || url.contains('.') || url == "localhost" {
@@ -38,6 +45,13 @@ pub fn parse(url: &str) -> Result<redis::ConnectionInfo, String> {
                  valkey://, valkeys:// or unix://)"
             ))
         }
+    }
+    if rest.ends_with("#insecure") {
+        // Certificate checks off would let anyone on the path answer as the lock server.
+        return Err(format!(
+            "--redis {shown}: #insecure (no certificate check) is not supported; give the \
+             server's CA with --tls-ca-cert FILE instead"
+        ));
     }
     let normalized = format!("{scheme}://{rest}");
     redis::IntoConnectionInfo::into_connection_info(normalized.as_str()).map_err(|e| {

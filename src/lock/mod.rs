@@ -29,7 +29,7 @@ pub use error::{FailureKind, RedisFailure};
 pub use protocol::keys::{check as check_name, BadName};
 pub use token::Token;
 
-use crate::config::Target;
+use crate::config::{Endpoint, Target};
 use crate::lease::Stamp;
 
 /// The contract between the supervisor and a lock backend.
@@ -212,9 +212,11 @@ pub async fn open(
     ack: Option<ReplicaAck>,
     within: Duration,
 ) -> Result<Backend, RedisFailure> {
-    Ok(Backend::Single(
-        topology::single::Single::open(target, ack, within).await?,
-    ))
+    Ok(match &target.endpoint {
+        Endpoint::Single(info) => {
+            Backend::Single(topology::single::Single::open(info, target, ack, within).await?)
+        }
+    })
 }
 
 impl Lock for Backend {

@@ -20,6 +20,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Pipeline, Value};
 use tokio::time::Instant;
 
+use crate::config::Tls;
 use crate::lock::protocol::ScriptCall;
 use crate::lock::{RedisFailure, ReleaseNotices, ReplicaAck};
 
@@ -44,16 +45,15 @@ pub struct ScriptReply {
 
 impl Server {
     /// A server to connect to; nothing is sent yet.
-    pub fn new(info: &redis::ConnectionInfo, shown: &str) -> Result<Server, RedisFailure> {
-        #[cfg(feature = "tls")]
-        if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            // rustls needs a process-wide crypto provider; a second install is a no-op error.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
+    pub fn new(
+        info: &redis::ConnectionInfo,
+        tls: &Tls,
+        shown: &str,
+    ) -> Result<Server, RedisFailure> {
         // No CLIENT SETINFO on connect: one round trip less per run, and Redis < 7.2 rejects it.
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
         let info = info.clone().set_redis_settings(settings);
-        let client = redis::Client::open(info).map_err(|e| RedisFailure::from_redis(&e, shown))?;
+        let client = client(info, tls).map_err(|e| RedisFailure::from_redis(&e, shown))?;
         Ok(Server {
             client,
             shown: shown.to_owned(),
@@ -216,8 +216,28 @@ impl Server {
     }
 }
 
+/// A client for `info`, with the `--tls-*` certificates when it uses TLS.
+fn client(info: redis::ConnectionInfo, tls: &Tls) -> redis::RedisResult<redis::Client> {
+    #[cfg(feature = "tls")]
+    if crate::config::is_tls(&info) {
+        install_tls_provider();
+        if let Some(certificates) = tls.certificates() {
+            return redis::Client::build_with_tls(info, certificates);
+        }
+    }
+    let _ = tls; // config.rs refuses --tls-* with a URL that does not use TLS
+    redis::Client::open(info)
+}
+
+/// rustls needs a process-wide crypto provider before any TLS connection, whatever the
+/// topology; installing it twice is harmless (the second install reports an error, ignored).
+#[cfg(feature = "tls")]
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// `within` from now; far in the future rather than an overflow for absurd bounds.
-fn deadline_in(within: Duration) -> Instant {
+pub fn deadline_in(within: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(within)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))

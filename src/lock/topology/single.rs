@@ -35,8 +35,9 @@ pub struct Single {
 }
 
 impl Single {
-    /// Connect to the one server of `target`.
+    /// Connect to `info`, the one server of `target`.
     pub async fn open(
+        info: &redis::ConnectionInfo,
         target: &Target,
         ack: Option<ReplicaAck>,
         within: Duration,
@@ -45,7 +46,7 @@ impl Single {
             // config.rs refuses such names before Redis is contacted; this is a backstop.
             RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
         })?;
-        let server = Server::new(&target.redis, &target.redis_shown)?;
+        let server = Server::new(info, &target.tls, &target.redis_shown)?;
         server.connect(within).await?;
         Ok(Single {
             server,
