@@ -87,6 +87,12 @@ impl RedisFailure {
         }
     }
 
+    /// `detail` followed by `hint` (what the user may have to do about it).
+    pub fn with_hint(mut self, hint: &str) -> Self {
+        self.detail.push_str(hint);
+        self
+    }
+
     /// Nothing was sent (the failure happened while connecting): nothing can have been written.
     pub fn not_sent(mut self) -> Self {
         self.maybe_sent = false;

@@ -22,6 +22,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod tls;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;

@@ -24,6 +24,8 @@
 //! - `fencing`: `REDLOCK_FENCE` ordering, a stale writer rejected, a corrupt counter refused.
 //! - `replicas`: `--min-replicas` acknowledgement of the acquire and of renewals.
 //! - `terminal`: the command on a pseudo-terminal, the live waiting line, `stty tostop`.
+//! - `tls`: a TLS server with a CA made by the harness: `--tls-ca-cert`, client certificates
+//!   (`--tls-cert`/`--tls-key`), an unknown CA (exit 69), bad TLS options (exit 2).
 //! - `tree`: the command's whole process tree (`setsid`, `timeout(1)`, double forks) is
 //!   stopped, in the cgroup and the /proc modes, and with a cgroup after a wrapper SIGKILL.
 //! - `docs`: the committed completions and man page are up to date; the man page documents
@@ -52,5 +54,6 @@ mod secrets;
 mod signals;
 mod status;
 mod terminal;
+mod tls;
 mod tree;
 mod usage;

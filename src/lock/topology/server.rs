@@ -35,7 +35,22 @@ pub struct Server {
     shown: String,
     /// The connection in use, if one is open and trusted.
     conn: RefCell<Option<MultiplexedConnection>>,
+    /// A TLS server reached without a client certificate: a server that requires one
+    /// (`tls-auth-clients yes`, Redis' default) just drops the connection after the
+    /// handshake, so a failed connection says that this may be why.
+    no_client_cert: bool,
+    /// A TLS server checked against the system's CA certificates only.
+    no_ca: bool,
+    /// Some request got a reply: the connection set-up is not what fails.
+    answered: Cell<bool>,
 }
+
+/// Added to a refused server certificate when no `--tls-ca-cert` was given.
+const CA_HINT: &str = " (give the CA that signed it with --tls-ca-cert)";
+
+/// Added to a failed TLS connection made without a client certificate.
+const CLIENT_CERT_HINT: &str =
+    " (if the server requires client certificates, give --tls-cert and --tls-key)";
 
 /// A script's reply and, when a WAIT went with it, how many replicas acknowledged.
 pub struct ScriptReply {
@@ -53,11 +68,16 @@ impl Server {
         // No CLIENT SETINFO on connect: one round trip less per run, and Redis < 7.2 rejects it.
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
         let info = info.clone().set_redis_settings(settings);
+        let no_client_cert = crate::config::is_tls(&info) && tls.client.is_none();
+        let no_ca = crate::config::is_tls(&info) && tls.ca.is_none();
         let client = client(info, tls).map_err(|e| RedisFailure::from_redis(&e, shown))?;
         Ok(Server {
             client,
             shown: shown.to_owned(),
             conn: RefCell::new(None),
+            no_client_cert,
+            no_ca,
+            answered: Cell::new(false),
         })
     }
 
@@ -88,9 +108,27 @@ impl Server {
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|e| RedisFailure::from_redis(&e, &self.shown).not_sent())?;
+            .map_err(|e| self.failure(&e).not_sent())?;
         *self.conn.borrow_mut() = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// `e` as a failure of this server; before any reply, a dropped TLS connection without a
+    /// client certificate says that one may be required.
+    fn failure(&self, e: &redis::RedisError) -> RedisFailure {
+        let failure = RedisFailure::from_redis(e, &self.shown);
+        if self.answered.get() {
+            return failure;
+        }
+        let dropped = e.is_io_error() || e.is_connection_dropped();
+        if e.to_string().contains("invalid peer certificate") {
+            if self.no_ca {
+                return failure.with_hint(CA_HINT);
+            }
+        } else if self.no_client_cert && dropped {
+            return failure.with_hint(CLIENT_CERT_HINT);
+        }
+        failure
     }
 
     /// Drop the connection: the next call opens a new one.
@@ -122,9 +160,12 @@ impl Server {
         let call = async {
             let mut conn = self.conn(deadline).await?;
             sent.set(true);
-            pipe.query_async::<Vec<Value>>(&mut conn)
+            let replies = pipe
+                .query_async::<Vec<Value>>(&mut conn)
                 .await
-                .map_err(|e| RedisFailure::from_redis(&e, &self.shown))
+                .map_err(|e| self.failure(&e))?;
+            self.answered.set(true);
+            Ok(replies)
         };
         let result = match tokio::time::timeout_at(deadline, call).await {
             Ok(result) => result,

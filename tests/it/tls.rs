@@ -1,0 +1,205 @@
+//! TLS for real: a redis-server with a TLS port and a CA made by the harness (openssl).
+//! `--tls-ca-cert` trusts it, `--tls-cert`/`--tls-key` authenticate the client where the
+//! server requires it, an unknown CA or a missing client certificate is exit 69, and bad
+//! TLS options are usage errors (exit 2) that touch nothing.
+
+use std::fs;
+
+use crate::common::tls::{Pki, TlsServer};
+use crate::common::*;
+
+/// A run over TLS: the command runs, its fence is the one stored on this server, and
+/// `status` reads the lock over TLS too.
+fn run_over_tls(tls: &TlsServer, extra: &[&str]) -> Outcome {
+    Wrapper::new()
+        .args(["--redis", &tls.url(), "--key", "k"])
+        .args(extra)
+        .args(["-c", "echo \"$REDLOCK_FENCE\""])
+        .run()
+}
+
+fn expect_ran_on(out: &Outcome, tls: &TlsServer) {
+    out.expect_code(0);
+    let fence = out.stdout.trim();
+    assert!(!fence.is_empty(), "no REDLOCK_FENCE\n{out}");
+    assert_eq!(
+        tls.server.get("{redlock:k}:fence").as_deref(),
+        Some(fence),
+        "the fence was not taken on the TLS server\n{out}"
+    );
+}
+
+#[test]
+fn runs_over_tls_with_the_ca_given() {
+    let pki = Pki::new();
+    let Some(tls) = TlsServer::start(&pki, false) else {
+        return;
+    };
+    let ca = pki.ca();
+    let out = run_over_tls(&tls, &["--tls-ca-cert", ca.to_str().unwrap()]);
+    expect_ran_on(&out, &tls);
+
+    // status over TLS, the CA from the environment this time.
+    let url = tls.url();
+    let status = Wrapper::new()
+        .args(["status", "--redis", &url, "--key", "k"])
+        .env("REDLOCK_TLS_CA_CERT", &ca)
+        .run();
+    status.expect_code(0);
+    assert!(status.stdout.contains("free"), "{status}");
+}
+
+#[test]
+fn an_unknown_ca_is_refused_with_exit_69() {
+    let pki = Pki::new();
+    let Some(tls) = TlsServer::start(&pki, false) else {
+        return;
+    };
+    // The system's roots do not know the test CA; nor does the unrelated one.
+    let other = pki.path("other-ca.crt");
+    for extra in [vec![], vec!["--tls-ca-cert", other.to_str().unwrap()]] {
+        let out = run_over_tls(&tls, &extra);
+        out.expect_code(69);
+        let line = out.expect_one_line();
+        assert!(
+            line.to_lowercase().contains("certificate") || line.contains("TLS"),
+            "the message does not say what is wrong with TLS: {line}"
+        );
+        assert!(!tls.server.exists("{redlock:k}:fence"), "{out}");
+        assert_eq!(
+            line.contains("--tls-ca-cert"),
+            extra.is_empty(),
+            "a hint at --tls-ca-cert exactly when none was given: {line}"
+        );
+    }
+}
+
+#[test]
+fn a_server_that_authenticates_clients_needs_the_client_certificate() {
+    let pki = Pki::new();
+    let Some(tls) = TlsServer::start(&pki, true) else {
+        return;
+    };
+    let ca = pki.ca();
+    let ca = ca.to_str().unwrap();
+
+    // Without a client certificate the handshake is refused.
+    let out = run_over_tls(&tls, &["--tls-ca-cert", ca]);
+    out.expect_code(69);
+    let line = out.expect_one_line();
+    assert!(
+        line.contains("--tls-cert"),
+        "no hint at the client certificate: {line}"
+    );
+    assert!(!tls.server.exists("{redlock:k}:fence"), "{out}");
+
+    // A certificate from another CA is refused too.
+    let (cert, key) = (pki.path("other-client.crt"), pki.path("other-client.key"));
+    let out = run_over_tls(
+        &tls,
+        &[
+            "--tls-ca-cert",
+            ca,
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    out.expect_code(69);
+    out.expect_one_line();
+
+    // The right one, from the flags, then from the environment.
+    let (cert, key) = (pki.client_cert(), pki.client_key());
+    let out = run_over_tls(
+        &tls,
+        &[
+            "--tls-ca-cert",
+            ca,
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    expect_ran_on(&out, &tls);
+    let url = tls.url();
+    let out = Wrapper::new()
+        .args([
+            "--redis",
+            &url,
+            "--key",
+            "k",
+            "-c",
+            "echo \"$REDLOCK_FENCE\"",
+        ])
+        .env("REDLOCK_TLS_CA_CERT", ca)
+        .env("REDLOCK_TLS_CERT", &cert)
+        .env("REDLOCK_TLS_KEY", &key)
+        .run();
+    expect_ran_on(&out, &tls);
+}
+
+#[test]
+fn bad_tls_options_are_usage_errors_that_touch_nothing() {
+    let redis = RedisServer::start();
+    let pki = Pki::new();
+    let dir = scratch();
+    let not_pem = dir.path().join("not.pem");
+    fs::write(&not_pem, "hello\n").unwrap();
+    let tls_url = format!("rediss://127.0.0.1:{}", redis.port());
+    let plain_url = redis.url();
+    let ca = pki.ca().to_string_lossy().into_owned();
+    let cert = pki.client_cert().to_string_lossy().into_owned();
+    let key = pki.client_key().to_string_lossy().into_owned();
+    let missing = dir
+        .path()
+        .join("missing.pem")
+        .to_string_lossy()
+        .into_owned();
+    let not_pem = not_pem.to_string_lossy().into_owned();
+    let insecure = format!("{tls_url}#insecure");
+    let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+        ("#insecure", vec!["--redis", &insecure], "--tls-ca-cert"),
+        (
+            "cert without key",
+            vec!["--redis", &tls_url, "--tls-cert", &cert],
+            "--tls-key",
+        ),
+        (
+            "key without cert",
+            vec!["--redis", &tls_url, "--tls-key", &key],
+            "--tls-cert",
+        ),
+        (
+            "missing CA file",
+            vec!["--redis", &tls_url, "--tls-ca-cert", &missing],
+            "cannot read --tls-ca-cert",
+        ),
+        (
+            "CA file not PEM",
+            vec!["--redis", &tls_url, "--tls-ca-cert", &not_pem],
+            "not a PEM file",
+        ),
+        (
+            "TLS options with a plain URL",
+            vec!["--redis", &plain_url, "--tls-ca-cert", &ca],
+            "does not use TLS",
+        ),
+    ];
+    for (what, args, needle) in cases {
+        let out = Wrapper::new()
+            .args(&args)
+            .args(["--key", "k", "-c", "touch marker"])
+            .current_dir(dir.path())
+            .run();
+        out.expect_code(2);
+        let line = out.expect_one_line();
+        assert!(line.contains(needle), "{what}: {line}");
+        assert!(
+            !dir.path().join("marker").exists(),
+            "{what}: the command ran"
+        );
+    }
+    assert_eq!(redis.dbsize(), 0, "a usage error wrote to Redis");
+}
