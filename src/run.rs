@@ -40,6 +40,10 @@ const MAX_NAP: Duration = Duration::from_millis(200);
 /// With -v, how often a wait that goes on is logged (stderr not a terminal).
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);
 
+/// Bound on leaving the waiters' queue when giving up: short, as the run is ending anyway
+/// and the place expires by itself.
+const LEAVE_QUEUE_WITHIN: Duration = Duration::from_secs(1);
+
 /// Pause between renewal attempts after a failed one.
 const RENEW_RETRY: Duration = Duration::from_millis(100);
 
@@ -160,15 +164,26 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
         }
     };
     let mut token = Token::new();
+    let (host, pid) = (hostname(), std::process::id());
+    let waits = cfg.wait != Wait::For(Duration::ZERO);
     let holder = HolderInfo {
-        host: hostname(),
-        pid: std::process::id(),
+        waiter: waits.then(|| format!("{} {host} {pid}", Token::new().as_str())),
+        host,
+        pid,
         command: cfg.command.display.clone(),
     };
 
     let held = match acquire(cfg, &lock, &mut token, &holder, start, &mut signals, report).await {
         Ok(held) => held,
-        Err(ending) => return (Outcome::NotHeld(ending), false),
+        Err(ending) => {
+            // A waiter that gives up (its --wait ran out, a signal, Redis gone) leaves the
+            // queue at once; if even that fails, its place expires by itself.
+            if holder.waiter.is_some() {
+                let within = cfg.target.timeout.min(LEAVE_QUEUE_WITHIN);
+                lock.leave_queue(&holder, within).await;
+            }
+            return (Outcome::NotHeld(ending), false);
+        }
     };
     report.info(
         "acquired",
@@ -911,7 +926,8 @@ fn tell(cfg: &RunConfig, key: &str, outcome: &Outcome, keep: Duration, report: &
 
 fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) -> String {
     let who = match (&holder.host, holder.pid) {
-        (Some(host), Some(pid)) => format!(" (held by {host} pid {pid})"),
+        (Some(host), Some(pid)) => format!(" (held by {host} pid {pid}{})", place(holder)),
+        _ if holder.place > 0 => format!(" ({})", &place(holder)[2..]),
         _ => String::new(),
     };
     let left = match wait {
@@ -924,8 +940,33 @@ fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) ->
     )
 }
 
+/// `, 2nd of 3 in line` when queued.
+fn place(holder: &Holder) -> String {
+    if holder.place == 0 {
+        return String::new();
+    }
+    let nth = match (holder.place % 10, holder.place % 100) {
+        (1, n) if n != 11 => "st",
+        (2, n) if n != 12 => "nd",
+        (3, n) if n != 13 => "rd",
+        _ => "th",
+    };
+    format!(", {}{nth} of {} in line", holder.place, holder.queued)
+}
+
 /// Where a wait begins, for a log: who holds the lock, since when, and how long we wait.
 fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> String {
+    let limit = match wait {
+        Wait::Forever => "with no limit".to_owned(),
+        Wait::For(d) => format!("up to {}", show(d)),
+    };
+    if holder.free {
+        return format!(
+            "lock {key} is free, but {} queued earlier{}; waiting {limit}",
+            waiters(ahead(holder)),
+            place(holder)
+        );
+    }
     let mut who = String::new();
     if let (Some(host), Some(pid)) = (&holder.host, holder.pid) {
         who.push_str(&format!(" by {host} pid {pid}"));
@@ -938,14 +979,32 @@ fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> String {
         Some(ms) => format!("{} left on its lease", show_ms(Duration::from_millis(ms))),
         None => "no TTL".to_owned(),
     };
-    let limit = match wait {
-        Wait::Forever => "with no limit".to_owned(),
-        Wait::For(d) => format!("up to {}", show(d)),
-    };
-    format!("lock {key} is held{who} ({ttl}); waiting {limit}")
+    format!(
+        "lock {key} is held{who} ({ttl}{}); waiting {limit}",
+        place(holder)
+    )
+}
+
+/// Waiters in the queue before this run (all of them when it is not queued).
+fn ahead(holder: &Holder) -> u64 {
+    match holder.place {
+        0 => holder.queued,
+        place => place - 1,
+    }
+}
+
+/// `1 waiter`, `3 waiters`.
+fn waiters(n: u64) -> String {
+    format!("{n} waiter{}", if n == 1 { "" } else { "s" })
 }
 
 fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
+    if holder.free {
+        return format!(
+            "lock {key} is busy: free, but {} queued for it (--wait) ahead of this run",
+            waiters(ahead(holder))
+        );
+    }
     let who = match (&holder.host, holder.pid) {
         (Some(host), Some(pid)) => format!(" by {host} pid {pid}"),
         _ => String::new(),
@@ -1088,6 +1147,7 @@ mod tests {
             host: Some("web1".into()),
             pid: Some(42),
             acquired_ms: Some(0),
+            ..Holder::default()
         };
         assert_eq!(
             busy_message("redlock:k", &holder, Wait::For(Duration::ZERO)),
@@ -1095,6 +1155,28 @@ mod tests {
         );
         let foreign = Holder::default();
         assert!(busy_message("k", &foreign, Wait::For(Duration::from_secs(2))).contains("no TTL"));
+        let queued = Holder {
+            free: true,
+            queued: 3,
+            place: 2,
+            ..Holder::default()
+        };
+        assert_eq!(
+            wait_started_message("k", &queued, Wait::Forever),
+            "lock k is free, but 1 waiter queued earlier, 2nd of 3 in line; \
+             waiting with no limit"
+        );
+        assert_eq!(
+            busy_message("k", &queued, Wait::For(Duration::from_secs(1))),
+            "lock k is busy: free, but 1 waiter queued for it (--wait) ahead of this run"
+        );
+        let next = Holder {
+            place: 1,
+            queued: 1,
+            ..holder.clone()
+        };
+        assert!(waiting_message("k", &next, Duration::ZERO, Wait::Forever)
+            .contains("(held by web1 pid 42, 1st of 1 in line)"));
         assert_eq!(
             wait_started_message("redlock:k", &holder, Wait::For(Duration::from_secs(600))),
             "lock redlock:k is held by web1 pid 42 since 1970-01-01T00:00:00Z (1s 500ms left \

@@ -59,6 +59,26 @@ fn print_line(line: &str) -> io::Result<()> {
 }
 
 fn to_text(key: &str, s: &Status) -> String {
+    format!("{}{}", holder_text(key, s), queue_text(s))
+}
+
+/// `; 2 waiting, next: web2 pid 8` when runs queue for the lock (`--wait`).
+fn queue_text(s: &Status) -> String {
+    if s.queued == 0 {
+        return String::new();
+    }
+    let mut out = format!("; {} waiting", s.queued);
+    if let Some(head) = &s.queue_head {
+        let who = match head.split_once(' ') {
+            Some((host, pid)) => format!("{host} pid {pid}"),
+            None => head.clone(),
+        };
+        let _ = write!(out, ", next: {who}");
+    }
+    out
+}
+
+fn holder_text(key: &str, s: &Status) -> String {
     if !s.held {
         return format!("{key}: free");
     }
@@ -112,6 +132,9 @@ struct StatusJson<'a> {
     acquired_ms: Option<u64>,
     ttl_ms: Option<u64>,
     fence: Option<u64>,
+    /// Runs waiting in the queue (`--wait`), and the next one as `host pid`.
+    queued: u64,
+    queue_head: Option<&'a str>,
 }
 
 fn to_json(key: &str, s: &Status) -> String {
@@ -125,6 +148,8 @@ fn to_json(key: &str, s: &Status) -> String {
         acquired_ms: s.acquired_ms,
         ttl_ms: s.ttl_ms,
         fence: s.fence,
+        queued: s.queued,
+        queue_head: s.queue_head.as_deref(),
     };
     // Cannot fail: plain fields, no maps with non-string keys.
     serde_json::to_string(&json).expect("status JSON serializes")
@@ -139,7 +164,8 @@ mod tests {
         assert_eq!(
             to_json("redlock:k", &Status::default()),
             "{\"held\":false,\"foreign\":false,\"key\":\"redlock:k\",\"host\":null,\"pid\":null,\
-             \"command\":null,\"acquired_ms\":null,\"ttl_ms\":null,\"fence\":null}"
+             \"command\":null,\"acquired_ms\":null,\"ttl_ms\":null,\"fence\":null,\
+             \"queued\":0,\"queue_head\":null}"
         );
         assert_eq!(to_text("redlock:k", &Status::default()), "redlock:k: free");
     }
@@ -161,5 +187,16 @@ mod tests {
         );
         assert!(to_json("k", &s)
             .contains("\"held\":true,\"foreign\":false,\"key\":\"k\",\"host\":\"web1\",\"pid\":7"));
+        let queued = Status {
+            queued: 2,
+            queue_head: Some("web2 8".into()),
+            ..s
+        };
+        assert!(
+            to_text("k", &queued).ends_with("; 2 waiting, next: web2 pid 8"),
+            "{}",
+            to_text("k", &queued)
+        );
+        assert!(to_json("k", &queued).ends_with(",\"queued\":2,\"queue_head\":\"web2 8\"}"));
     }
 }

@@ -95,6 +95,10 @@ pub trait Lock {
 
     /// Who holds the lock now. Read-only.
     async fn status(&self) -> Result<Status, RedisFailure>;
+
+    /// A waiter that gives up leaves the queue now (best effort, within `within`): a place
+    /// left behind would make the others wait until it expires.
+    async fn leave_queue(&self, holder: &HolderInfo, within: Duration);
 }
 
 /// `--min-replicas`: how many replicas must acknowledge each acquire and renewal, and how long
@@ -134,8 +138,15 @@ pub enum Renewal {
 /// What is known about the current holder of a busy lock.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Holder {
-    /// Remaining TTL in ms; `None` when the key has no TTL (a foreign lock that never expires).
+    /// Remaining TTL in ms; `None` when the key has no TTL (a foreign lock that never expires)
+    /// or when the lock is free but others wait before us (`free`).
     pub ttl_ms: Option<u64>,
+    /// Nobody holds the lock, but waiters queued earlier come first.
+    pub free: bool,
+    /// Waiters in the queue (ourselves included when queued), and our place in it (1 = next;
+    /// 0 when not queued).
+    pub queued: u64,
+    pub place: u64,
     /// Host and pid of a redlock-run holder; `None` for a foreign value.
     pub host: Option<String>,
     pub pid: Option<u32>,
@@ -165,14 +176,21 @@ pub struct Status {
     pub command: Option<String>,
     pub acquired_ms: Option<u64>,
     pub fence: Option<u64>,
+    /// Waiters queued (fair waiting), and the first of them as `host pid`.
+    pub queued: u64,
+    pub queue_head: Option<String>,
 }
 
-/// The information stored beside the lock for `status`.
+/// Who asks for the lock: stored beside the lock for `status` once granted.
 #[derive(Debug, Clone)]
 pub struct HolderInfo {
     pub host: String,
     pub pid: u32,
     pub command: String,
+    /// A run that waits (`--wait` above 0) takes the lock in arrival order: its place in the
+    /// queue is this id, `RANDOM host pid` (random: two waiters never share a place; host and
+    /// pid: `status` shows who is next). `None`: the run does not wait and never queues.
+    pub waiter: Option<String>,
 }
 
 /// Announcements that the lock was released. A hint only: a missed or late message costs one
@@ -269,6 +287,12 @@ impl Lock for Backend {
     async fn status(&self) -> Result<Status, RedisFailure> {
         match self {
             Backend::Single(b) => b.status().await,
+        }
+    }
+
+    async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
+        match self {
+            Backend::Single(b) => b.leave_queue(holder, within).await,
         }
     }
 }

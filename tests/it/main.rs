@@ -14,6 +14,8 @@
 //! - `child`: exit status passthrough, 126/127, the `REDLOCK_*` variables, stdio,
 //!   `--max-runtime` (also after a forwarded INT or TERM).
 //! - `usage`: bad command lines exit 2 without running anything or touching Redis.
+//! - `queue`: fair waiting: runs with `--wait` served in arrival order, a killed waiter's
+//!   place expires, a waiter that gives up leaves, `--wait 0` never queues, `status`.
 //! - `redis_errors`: unreachable or frozen Redis, authentication, wrong key type, read-only
 //!   replica, ACL without EVAL (exit 69); a flushed script cache (EVAL, never SCRIPT LOAD).
 //! - `secrets`: no message shows any part of a password, whatever the URL holds.
@@ -48,6 +50,7 @@ mod lease;
 mod network;
 mod options;
 mod proxy;
+mod queue;
 mod redis_errors;
 mod replicas;
 mod secrets;

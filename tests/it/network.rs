@@ -285,17 +285,21 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
     let late = redis.cli(&[
         "EVAL",
         &acquire,
-        "4",
+        "6",
         "redlock:k",
         "{redlock:k}:fence",
         "{redlock:k}:holder",
         "{redlock:k}:cancelled",
+        "{redlock:k}:queue",
+        "{redlock:k}:queue-expiry",
         token,
         "30000",
         "60000",
         "host",
         "1",
         "cmd",
+        "",
+        "30000",
     ]);
     assert!(
         !redis.exists("redlock:k"),
@@ -305,17 +309,21 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
     redis.cli(&[
         "EVAL",
         &acquire,
-        "4",
+        "6",
         "redlock:k",
         "{redlock:k}:fence",
         "{redlock:k}:holder",
         "{redlock:k}:cancelled",
+        "{redlock:k}:queue",
+        "{redlock:k}:queue-expiry",
         "another-token",
         "30000",
         "60000",
         "host",
         "1",
         "cmd",
+        "",
+        "30000",
     ]);
     assert_eq!(redis.get("redlock:k").as_deref(), Some("another-token"));
 }

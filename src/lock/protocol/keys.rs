@@ -22,9 +22,16 @@
 //! `tests::no_lock_key_equals_a_companion_of_another_lock` checks both over every short name
 //! built from the characters that matter.
 
-/// The suffixes of companion keys. A future companion (a waiter queue, a semaphore's limit)
-/// is added here, so the collision rule and its test cover it at once.
-pub const COMPANIONS: &[&str] = &["fence", "holder", "released", "cancelled"];
+/// The suffixes of companion keys. A new companion is added here, so the collision rule and
+/// its test cover it at once.
+pub const COMPANIONS: &[&str] = &[
+    "fence",
+    "holder",
+    "released",
+    "cancelled",
+    "queue",
+    "queue-expiry",
+];
 
 /// The Redis keys of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +47,11 @@ pub struct Keys {
     /// Tokens of acquire attempts taken back after a lost reply (a set), so that such an
     /// attempt arriving late cannot take the lock.
     pub cancelled: String,
+    /// Waiters in arrival order (a sorted set scored by server time), for fair waiting.
+    pub queue: String,
+    /// The same waiters scored by when their place expires (server time, ms), so that a
+    /// waiter that stopped asking leaves the queue.
+    pub queue_expiry: String,
 }
 
 /// Why a lock name cannot be used.
@@ -78,6 +90,8 @@ impl Keys {
             holder: companion("holder"),
             released: companion("released"),
             cancelled: companion("cancelled"),
+            queue: companion("queue"),
+            queue_expiry: companion("queue-expiry"),
         })
     }
 }

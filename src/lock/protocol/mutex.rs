@@ -20,6 +20,12 @@ static ACQUIRE: Lua = Lua::new(include_str!("scripts/acquire.lua"));
 static RENEW: Lua = Lua::new(include_str!("scripts/renew.lua"));
 static RELEASE: Lua = Lua::new(include_str!("scripts/release.lua"));
 static CANCEL: Lua = Lua::new(include_str!("scripts/cancel.lua"));
+static LEAVE: Lua = Lua::new(include_str!("scripts/leave.lua"));
+
+/// The least time a waiter's place in the queue is kept without a new attempt. Waiters ask
+/// at least every 250 ms (`backoff::BACKOFF_CAP`); a place lasts one `--ttl`, but never less
+/// than this, so that a short ttl does not send a waiter to the back between two attempts.
+const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
 
 /// How long a cancelled acquire attempt is remembered: far longer than a request can linger
 /// in TCP retransmissions or a middlebox after its connection was given up.
@@ -54,11 +60,19 @@ impl Mutex {
         &self.keys
     }
 
+    /// With `holder.waiter`, in arrival order: see acquire.lua.
     pub fn acquire(&self, token: &str, ttl: Duration, holder: &HolderInfo) -> ScriptCall {
         let k = &self.keys;
         ScriptCall::new(
             &ACQUIRE,
-            &[&k.lock, &k.fence, &k.holder, &k.cancelled],
+            &[
+                &k.lock,
+                &k.fence,
+                &k.holder,
+                &k.cancelled,
+                &k.queue,
+                &k.queue_expiry,
+            ],
             vec![
                 token.to_owned(),
                 millis(ttl).to_string(),
@@ -66,7 +80,19 @@ impl Mutex {
                 holder.host.clone(),
                 holder.pid.to_string(),
                 holder.command.clone(),
+                holder.waiter.clone().unwrap_or_default(),
+                millis(ttl.max(PLACE_KEPT_AT_LEAST)).to_string(),
             ],
+        )
+    }
+
+    /// Leave the queue (a waiter that gives up); wakes the others if it was at the head.
+    pub fn leave(&self, waiter: &str) -> ScriptCall {
+        let k = &self.keys;
+        ScriptCall::new(
+            &LEAVE,
+            &[&k.queue, &k.queue_expiry, &k.released],
+            vec![waiter.to_owned()],
         )
     }
 
@@ -99,7 +125,9 @@ impl Mutex {
         )
     }
 
-    /// A read-only pipeline: the value, its TTL, the holder info and the fence counter.
+    /// A read-only pipeline: the value, its TTL, the holder info, the fence counter, the
+    /// queue's head and length (waiters whose place expired are still counted until the next
+    /// acquire attempt removes them).
     pub fn status(&self) -> redis::Pipeline {
         let k = &self.keys;
         let mut pipe = redis::pipe();
@@ -110,7 +138,13 @@ impl Mutex {
             .cmd("HGETALL")
             .arg(&k.holder)
             .cmd("GET")
-            .arg(&k.fence);
+            .arg(&k.fence)
+            .cmd("ZRANGE")
+            .arg(&k.queue)
+            .arg(0)
+            .arg(0)
+            .cmd("ZCARD")
+            .arg(&k.queue);
         // Error replies (WRONGTYPE, NOAUTH) come back as values, to be classified.
         pipe.ignore_errors();
         pipe
@@ -138,11 +172,18 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
             let host = items.get(2).and_then(text).filter(|s| !s.is_empty());
             let pid = items.get(3).and_then(text).and_then(|s| s.parse().ok());
             let acquired_ms = items.get(4).and_then(text).and_then(|s| s.parse().ok());
+            let count = |i: usize| match items.get(i) {
+                Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+                _ => 0,
+            };
             Some(AcquireReply::Busy(Holder {
                 ttl_ms: u64::try_from(pttl).ok(),
+                free: pttl == -2,
                 host,
                 pid,
                 acquired_ms,
+                queued: count(5),
+                place: count(6),
             }))
         }
         _ => None,
@@ -169,9 +210,24 @@ pub fn parse_release(reply: &Value) -> Option<Released> {
 }
 
 pub fn parse_status(reply: Value) -> Option<Status> {
-    type Reply = (Option<String>, i64, Vec<(String, String)>, Option<String>);
-    let (value, pttl, info, fence): Reply = redis::from_redis_value(reply).ok()?;
-    Some(status_from(value, pttl, info, fence))
+    type Reply = (
+        Option<String>,
+        i64,
+        Vec<(String, String)>,
+        Option<String>,
+        Vec<String>,
+        u64,
+    );
+    let (value, pttl, info, fence, head, queued): Reply = redis::from_redis_value(reply).ok()?;
+    let mut status = status_from(value, pttl, info, fence);
+    status.queued = queued;
+    status.queue_head = head.into_iter().next().map(|w| waiter_shown(&w));
+    Some(status)
+}
+
+/// A waiter id for people: `host pid` (the id is `RANDOM host pid`, see `HolderInfo`).
+fn waiter_shown(id: &str) -> String {
+    id.split_once(' ').map_or(id, |(_, who)| who).to_owned()
 }
 
 fn text(v: &Value) -> Option<String> {
@@ -212,6 +268,7 @@ fn status_from(
         command: field("cmd"),
         acquired_ms: field("acquired_ms").and_then(|p| p.parse().ok()),
         fence: field("fence").or(fence).and_then(|f| f.parse().ok()),
+        ..Status::default()
     }
 }
 
@@ -246,6 +303,25 @@ mod tests {
                 host: Some("web1".into()),
                 pid: Some(42),
                 acquired_ms: Some(1796235611000),
+                ..Holder::default()
+            }))
+        );
+        let queued = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(-2),
+            bulk(""),
+            bulk(""),
+            bulk(""),
+            Value::Int(3),
+            Value::Int(2),
+        ]);
+        assert_eq!(
+            parse_acquire(&queued),
+            Some(AcquireReply::Busy(Holder {
+                free: true,
+                queued: 3,
+                place: 2,
+                ..Holder::default()
             }))
         );
         let foreign = Value::Array(vec![Value::Int(0), Value::Int(-1), bulk(""), bulk("")]);

@@ -170,6 +170,15 @@ impl Lock for Single {
             .await
     }
 
+    async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
+        if let Some(waiter) = &holder.waiter {
+            let _ = self
+                .server
+                .script(&self.mutex.leave(waiter), None, "leaving the queue", within)
+                .await;
+        }
+    }
+
     async fn status(&self) -> Result<Status, RedisFailure> {
         let replies = self
             .server
