@@ -230,6 +230,16 @@ pub struct RunArgs {
           value_parser = parse_wait, help_heading = "Busy lock")]
     pub wait: Wait,
 
+    /// Let up to N runs hold the lock at once (a counting semaphore); 1 is a mutex.
+    #[arg(
+        long,
+        env = "REDLOCK_LIMIT",
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Busy lock"
+    )]
+    pub limit: u32,
+
     /// Exit code for a busy lock.
     #[arg(short = 'E', long, env = "REDLOCK_CONFLICT_EXIT_CODE", value_name = "N",
           default_value_t = EXIT_BUSY, help_heading = "Busy lock")]

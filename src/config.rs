@@ -20,6 +20,10 @@ const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// 128 KiB; lock names are short in practice, so a clear limit well below that.
 pub const LONGEST_KEY: usize = 4096;
 
+/// The largest --limit: every acquire reads the whole set of holders, so keep it small
+/// enough for one script call; far above any real use ("at most 3 backups at a time").
+const LARGEST_LIMIT: u32 = 1000;
+
 /// The shortest --heartbeat: Redis counts TTLs in whole milliseconds, so renewing more often
 /// only loads the server (a 1ns heartbeat sent over ten thousand renewals a second).
 const SHORTEST_HEARTBEAT: Duration = Duration::from_millis(1);
@@ -43,6 +47,8 @@ pub struct Target {
     pub timeout: Duration,
     /// `--tls-*`: certificates for every TLS connection of this run.
     pub tls: Tls,
+    /// `--limit`: how many may hold the lock at once (1: the mutex).
+    pub limit: u32,
 }
 
 /// Which servers hold the lock, one variant per topology (see `lock::Backend`).
@@ -212,6 +218,7 @@ impl Target {
             key,
             timeout: conn.connect_timeout,
             tls,
+            limit: 1,
         })
     }
 }
@@ -326,7 +333,14 @@ impl RunConfig {
                 show(run.replica_timeout)
             )));
         }
-        let target = Target::from_args(conn)?;
+        if run.limit == 0 || run.limit > LARGEST_LIMIT {
+            return Err(usage(format!(
+                "--limit {} is out of range: use 1 (one holder at a time) to {LARGEST_LIMIT}",
+                run.limit
+            )));
+        }
+        let mut target = Target::from_args(conn)?;
+        target.limit = run.limit;
         if let Some(name) = &conn.key {
             check_nesting(name, &target.key)?;
         }

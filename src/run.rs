@@ -239,6 +239,12 @@ async fn acquire<L: Lock>(
     report: &Reporter,
 ) -> Result<Held, Ending> {
     let started = Stamp::now();
+    // With --limit, a busy lock means every permit is taken; the holder named is the one
+    // whose lease ends first.
+    let shown_name = match cfg.target.limit {
+        1 => lock.name().to_owned(),
+        n => format!("{} (all {n} permits)", lock.name()),
+    };
     let mut first = true;
     let mut backoff = Backoff::new(token.seed());
     // Subscribed on the first busy reply when there is time to wait; wakes the next attempt
@@ -284,11 +290,11 @@ async fn acquire<L: Lock>(
             }
             Ok(Attempt::Busy(holder)) => {
                 let Some(left) = left else {
-                    report.busy(busy_message(lock.name(), &holder, cfg.wait));
+                    report.busy(busy_message(&shown_name, &holder, cfg.wait));
                     break Err(Ending::Busy(cfg.conflict_exit_code));
                 };
                 report.waiting(waiting_message(
-                    lock.name(),
+                    &shown_name,
                     &holder,
                     now.since(started),
                     cfg.wait,
@@ -299,7 +305,7 @@ async fn acquire<L: Lock>(
                     None => {
                         report.notice(
                             "waiting",
-                            wait_started_message(lock.name(), &holder, cfg.wait),
+                            wait_started_message(&shown_name, &holder, cfg.wait),
                         );
                         last_logged = Some(now);
                     }

@@ -79,6 +79,9 @@ fn queue_text(s: &Status) -> String {
 }
 
 fn holder_text(key: &str, s: &Status) -> String {
+    if let Some(limit) = s.limit {
+        return permits_text(key, limit, s);
+    }
     if !s.held {
         return format!("{key}: free");
     }
@@ -102,6 +105,39 @@ fn holder_text(key: &str, s: &Status) -> String {
     }
     if let Some(cmd) = &s.command {
         let _ = write!(out, ", command: {cmd}");
+    }
+    out
+}
+
+/// `k: 2 of 3 held: web1 pid 7 (acquired ..., ttl left 20s, fence 9, command: x); ...`
+fn permits_text(key: &str, limit: u32, s: &Status) -> String {
+    let mut out = format!(
+        "{key}: {} of {limit} held (--limit {limit})",
+        s.permits.len()
+    );
+    for (i, p) in s.permits.iter().enumerate() {
+        out.push_str(if i == 0 { ": " } else { "; " });
+        match (&p.host, p.pid) {
+            (Some(host), Some(pid)) => {
+                let _ = write!(out, "{host} pid {pid}");
+            }
+            _ => out.push_str("unknown holder"),
+        }
+        let mut details = Vec::new();
+        if let Some(ms) = p.acquired_ms {
+            details.push(format!("acquired {}", age(ms)));
+        }
+        details.push(format!(
+            "ttl left {}",
+            humantime::format_duration(Duration::from_millis(p.ttl_ms))
+        ));
+        if let Some(fence) = p.fence {
+            details.push(format!("fence {fence}"));
+        }
+        if let Some(cmd) = &p.command {
+            details.push(format!("command: {cmd}"));
+        }
+        let _ = write!(out, " ({})", details.join(", "));
     }
     out
 }
@@ -135,6 +171,21 @@ struct StatusJson<'a> {
     /// Runs waiting in the queue (`--wait`), and the next one as `host pid`.
     queued: u64,
     queue_head: Option<&'a str>,
+    /// `--limit` locks only: the limit and every holder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holders: Option<Vec<PermitJson<'a>>>,
+}
+
+#[derive(Serialize)]
+struct PermitJson<'a> {
+    host: Option<&'a str>,
+    pid: Option<u32>,
+    command: Option<&'a str>,
+    acquired_ms: Option<u64>,
+    ttl_ms: u64,
+    fence: Option<u64>,
 }
 
 fn to_json(key: &str, s: &Status) -> String {
@@ -150,6 +201,20 @@ fn to_json(key: &str, s: &Status) -> String {
         fence: s.fence,
         queued: s.queued,
         queue_head: s.queue_head.as_deref(),
+        limit: s.limit,
+        holders: s.limit.map(|_| {
+            s.permits
+                .iter()
+                .map(|p| PermitJson {
+                    host: p.host.as_deref(),
+                    pid: p.pid,
+                    command: p.command.as_deref(),
+                    acquired_ms: p.acquired_ms,
+                    ttl_ms: p.ttl_ms,
+                    fence: p.fence,
+                })
+                .collect()
+        }),
     };
     // Cannot fail: plain fields, no maps with non-string keys.
     serde_json::to_string(&json).expect("status JSON serializes")

@@ -179,6 +179,20 @@ pub struct Status {
     /// Waiters queued (fair waiting), and the first of them as `host pid`.
     pub queued: u64,
     pub queue_head: Option<String>,
+    /// `--limit`: the limit recorded with the lock, and every holder (empty for a mutex).
+    pub limit: Option<u32>,
+    pub permits: Vec<Permit>,
+}
+
+/// One holder of a `--limit` lock.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Permit {
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    pub command: Option<String>,
+    pub acquired_ms: Option<u64>,
+    pub fence: Option<u64>,
+    pub ttl_ms: u64,
 }
 
 /// Who asks for the lock: stored beside the lock for `status` once granted.

@@ -31,6 +31,8 @@ pub const COMPANIONS: &[&str] = &[
     "cancelled",
     "queue",
     "queue-expiry",
+    "holders",
+    "limit",
 ];
 
 /// The Redis keys of one lock.
@@ -52,6 +54,10 @@ pub struct Keys {
     /// The same waiters scored by when their place expires (server time, ms), so that a
     /// waiter that stopped asking leaves the queue.
     pub queue_expiry: String,
+    /// `--limit`: each holder's info, by token (a hash).
+    pub holders: String,
+    /// `--limit`: the limit all holders of this lock use, kept as long as the holders.
+    pub limit: String,
 }
 
 /// Why a lock name cannot be used.
@@ -92,6 +98,8 @@ impl Keys {
             cancelled: companion("cancelled"),
             queue: companion("queue"),
             queue_expiry: companion("queue-expiry"),
+            holders: companion("holders"),
+            limit: companion("limit"),
         })
     }
 }

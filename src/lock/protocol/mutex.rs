@@ -14,7 +14,7 @@ use redis::Value;
 
 use super::keys::{BadName, Keys};
 use super::{Lua, ScriptCall};
-use crate::lock::{Holder, HolderInfo, Released, Status};
+use crate::lock::{Holder, HolderInfo, Released};
 
 static ACQUIRE: Lua = Lua::new(include_str!("scripts/acquire.lua"));
 static RENEW: Lua = Lua::new(include_str!("scripts/renew.lua"));
@@ -25,16 +25,16 @@ static LEAVE: Lua = Lua::new(include_str!("scripts/leave.lua"));
 /// The least time a waiter's place in the queue is kept without a new attempt. Waiters ask
 /// at least every 250 ms (`backoff::BACKOFF_CAP`); a place lasts one `--ttl`, but never less
 /// than this, so that a short ttl does not send a waiter to the back between two attempts.
-const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
+pub(super) const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
 
 /// How long a cancelled acquire attempt is remembered: far longer than a request can linger
 /// in TCP retransmissions or a middlebox after its connection was given up.
-const CANCEL_KEEP: Duration = Duration::from_secs(10 * 60);
+pub(super) const CANCEL_KEEP: Duration = Duration::from_secs(10 * 60);
 
 /// How long the fence counter outlives the last acquisition. Losing it is harmless (the
 /// server clock carries the fence on, see acquire.lua); keeping it forever would leave one key
 /// behind for every lock name ever used.
-const FENCE_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(super) const FENCE_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// What one acquire script found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,16 +86,6 @@ impl Mutex {
         )
     }
 
-    /// Leave the queue (a waiter that gives up); wakes the others if it was at the head.
-    pub fn leave(&self, waiter: &str) -> ScriptCall {
-        let k = &self.keys;
-        ScriptCall::new(
-            &LEAVE,
-            &[&k.queue, &k.queue_expiry, &k.released],
-            vec![waiter.to_owned()],
-        )
-    }
-
     pub fn renew(&self, token: &str, ttl: Duration) -> ScriptCall {
         let k = &self.keys;
         ScriptCall::new(
@@ -124,34 +114,18 @@ impl Mutex {
             vec![token.to_owned(), millis(CANCEL_KEEP).to_string()],
         )
     }
-
-    /// A read-only pipeline: the value, its TTL, the holder info, the fence counter, the
-    /// queue's head and length (waiters whose place expired are still counted until the next
-    /// acquire attempt removes them).
-    pub fn status(&self) -> redis::Pipeline {
-        let k = &self.keys;
-        let mut pipe = redis::pipe();
-        pipe.cmd("GET")
-            .arg(&k.lock)
-            .cmd("PTTL")
-            .arg(&k.lock)
-            .cmd("HGETALL")
-            .arg(&k.holder)
-            .cmd("GET")
-            .arg(&k.fence)
-            .cmd("ZRANGE")
-            .arg(&k.queue)
-            .arg(0)
-            .arg(0)
-            .cmd("ZCARD")
-            .arg(&k.queue);
-        // Error replies (WRONGTYPE, NOAUTH) come back as values, to be classified.
-        pipe.ignore_errors();
-        pipe
-    }
 }
 
-fn millis(d: Duration) -> u64 {
+/// Leave the queue (a waiter that gives up); wakes the others if it was at the head.
+pub fn leave(k: &Keys, waiter: &str) -> ScriptCall {
+    ScriptCall::new(
+        &LEAVE,
+        &[&k.queue, &k.queue_expiry, &k.released],
+        vec![waiter.to_owned()],
+    )
+}
+
+pub(super) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -209,66 +183,12 @@ pub fn parse_release(reply: &Value) -> Option<Released> {
     }
 }
 
-pub fn parse_status(reply: Value) -> Option<Status> {
-    type Reply = (
-        Option<String>,
-        i64,
-        Vec<(String, String)>,
-        Option<String>,
-        Vec<String>,
-        u64,
-    );
-    let (value, pttl, info, fence, head, queued): Reply = redis::from_redis_value(reply).ok()?;
-    let mut status = status_from(value, pttl, info, fence);
-    status.queued = queued;
-    status.queue_head = head.into_iter().next().map(|w| waiter_shown(&w));
-    Some(status)
-}
-
-/// A waiter id for people: `host pid` (the id is `RANDOM host pid`, see `HolderInfo`).
-fn waiter_shown(id: &str) -> String {
-    id.split_once(' ').map_or(id, |(_, who)| who).to_owned()
-}
-
-fn text(v: &Value) -> Option<String> {
+pub(super) fn text(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
         Value::Int(n) => Some(n.to_string()),
         _ => None,
-    }
-}
-
-fn status_from(
-    value: Option<String>,
-    pttl: i64,
-    info: Vec<(String, String)>,
-    fence: Option<String>,
-) -> Status {
-    let Some(value) = value else {
-        return Status::default();
-    };
-    let field = |name: &str| info.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    let ttl_ms = u64::try_from(pttl).ok();
-    // Holder info counts only if it was written for the value the lock holds now.
-    if field("token").as_deref() != Some(value.as_str()) {
-        return Status {
-            held: true,
-            foreign: true,
-            ttl_ms,
-            ..Status::default()
-        };
-    }
-    Status {
-        held: true,
-        foreign: false,
-        ttl_ms,
-        host: field("host"),
-        pid: field("pid").and_then(|p| p.parse().ok()),
-        command: field("cmd"),
-        acquired_ms: field("acquired_ms").and_then(|p| p.parse().ok()),
-        fence: field("fence").or(fence).and_then(|f| f.parse().ok()),
-        ..Status::default()
     }
 }
 
@@ -341,19 +261,6 @@ mod tests {
         assert_eq!(parse_renew(&Value::Int(1)), Some(true));
         assert_eq!(parse_renew(&Value::Int(0)), Some(false));
         assert_eq!(parse_renew(&Value::Nil), None);
-    }
-
-    #[test]
-    fn status_ignores_holder_info_of_another_value() {
-        let info = vec![
-            ("token".to_owned(), "old".to_owned()),
-            ("host".to_owned(), "h".to_owned()),
-        ];
-        let s = status_from(Some("new".into()), 900, info, Some("7".into()));
-        assert!(s.held && s.foreign);
-        assert_eq!(s.host, None);
-        assert_eq!(s.fence, None);
-        assert_eq!(status_from(None, -2, vec![], None), Status::default());
     }
 
     #[test]

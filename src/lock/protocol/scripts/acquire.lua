@@ -22,7 +22,10 @@ if redis.call('SISMEMBER', cancelled, token) == 1 then
 end
 
 local kind = redis.call('TYPE', lock).ok
-if kind ~= 'none' and kind ~= 'string' then
+if kind == 'zset' then
+  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
+    ' is used with --limit (several holders); use the same --limit as its other users')
+elseif kind ~= 'none' and kind ~= 'string' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end
 for _, key in ipairs({queue, expiry}) do
