@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_redlock_run_global_optspecs
-    string join \n k/key= r/redis= password-file= prefix= connect-timeout= tls-ca-cert= tls-cert= tls-key= t/ttl= heartbeat= w/wait= E/conflict-exit-code= grace= max-runtime= hold-at-least= min-replicas= replica-timeout= c/command= q/quiet v/verbose log-format= h/help V/version
+    string join \n k/key= r/redis= password-file= prefix= connect-timeout= tls-ca-cert= tls-cert= tls-key= t/ttl= heartbeat= w/wait= limit= E/conflict-exit-code= grace= max-runtime= hold-at-least= min-replicas= replica-timeout= c/command= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_redlock_run_needs_command
@@ -37,6 +37,7 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-key -d 'TLS
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s t -l ttl -d 'Lease length: a holder that dies frees the lock within it' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l heartbeat -d 'Renewal interval [default: ttl/3]' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'Wait up to DUR for a busy lock, served in arrival order: 0 tries once, forever (or inf) has no limit' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l limit -d 'Let up to N runs hold the lock at once (a counting semaphore); 1 is a mutex' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s E -l conflict-exit-code -d 'Exit code for a busy lock' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l grace -d 'SIGTERM to SIGKILL when the command must stop [default: 10s, at most ttl/3]' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l max-runtime -d 'Stop the command after DUR (SIGTERM, SIGKILL after --grace) and exit 124' -r

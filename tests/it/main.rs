@@ -10,6 +10,8 @@
 //! - `lease`: heartbeat, lost lock (key overwritten, Redis killed, frozen or restarted),
 //!   `--grace` escalation, a wrapper woken past its lease, leftovers bounded by the lease, a
 //!   SIGKILLed wrapper, `--hold-at-least` (and no hold when the command never ran).
+//! - `limit`: `--limit N`: never more than N at once, a killed holder's permit expires,
+//!   mismatched limits refused, `status` lists every holder, order kept, random kills.
 //! - `signals`: forwarding to the command, a second TERM, a signal while waiting for the lock.
 //! - `child`: exit status passthrough, 126/127, the `REDLOCK_*` variables, stdio,
 //!   `--max-runtime` (also after a forwarded INT or TERM).
@@ -47,6 +49,7 @@ mod docs;
 mod fencing;
 mod harness;
 mod lease;
+mod limit;
 mod network;
 mod options;
 mod proxy;

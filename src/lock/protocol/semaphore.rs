@@ -81,7 +81,7 @@ impl Semaphore {
         let k = &self.keys;
         ScriptCall::new(
             &RELEASE,
-            &[&k.lock, &k.holders, &k.released],
+            &[&k.lock, &k.holders, &k.released, &k.limit],
             vec![token.to_owned(), millis(keep).to_string()],
         )
     }

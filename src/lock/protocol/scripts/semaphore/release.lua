@@ -1,5 +1,5 @@
 -- Give back our permit; never touch another holder's.
--- KEYS: lock (zset), holders, release channel. ARGV: token, keep ms.
+-- KEYS: lock (zset), holders, release channel, limit. ARGV: token, keep ms.
 -- keep > 0 (--hold-at-least): the permit stays taken for keep ms more instead.
 -- Returns 1 released, -1 already gone (our lease ended; the permit may be someone else's).
 if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then
@@ -21,6 +21,10 @@ if keep > 0 then
 else
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    -- The last holder: nothing is left to keep the limit for.
+    redis.call('DEL', KEYS[4])
+  end
   redis.pcall('PUBLISH', KEYS[3], '1')
 end
 return 1
