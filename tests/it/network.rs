@@ -268,7 +268,9 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
     let scripts =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lock/protocol/scripts");
     let cancel = std::fs::read_to_string(scripts.join("cancel.lua")).unwrap();
-    let acquire = std::fs::read_to_string(scripts.join("acquire.lua")).unwrap();
+    // As the wrapper sends it: the shared prelude, then the script.
+    let acquire = std::fs::read_to_string(scripts.join("prelude.lua")).unwrap()
+        + &std::fs::read_to_string(scripts.join("acquire.lua")).unwrap();
     let token = "late-token";
     let cancelled = redis.cli(&[
         "EVAL",

@@ -16,7 +16,10 @@ use super::keys::{BadName, Keys};
 use super::{Lua, ScriptCall};
 use crate::lock::{Holder, HolderInfo, Released};
 
-static ACQUIRE: Lua = Lua::new(include_str!("scripts/acquire.lua"));
+static ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("scripts/prelude.lua"),
+    include_str!("scripts/acquire.lua")
+));
 static RENEW: Lua = Lua::new(include_str!("scripts/renew.lua"));
 static RELEASE: Lua = Lua::new(include_str!("scripts/release.lua"));
 static CANCEL: Lua = Lua::new(include_str!("scripts/cancel.lua"));
@@ -25,7 +28,7 @@ static LEAVE: Lua = Lua::new(include_str!("scripts/leave.lua"));
 /// The least time a waiter's place in the queue is kept without a new attempt. Waiters ask
 /// at least every 250 ms (`backoff::BACKOFF_CAP`); a place lasts one `--ttl`, but never less
 /// than this, so that a short ttl does not send a waiter to the back between two attempts.
-pub(super) const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
+const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
 
 /// How long a cancelled acquire attempt is remembered: far longer than a request can linger
 /// in TCP retransmissions or a middlebox after its connection was given up.
@@ -34,7 +37,7 @@ pub(super) const CANCEL_KEEP: Duration = Duration::from_secs(10 * 60);
 /// How long the fence counter outlives the last acquisition. Losing it is harmless (the
 /// server clock carries the fence on, see acquire.lua); keeping it forever would leave one key
 /// behind for every lock name ever used.
-pub(super) const FENCE_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+const FENCE_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// What one acquire script found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,16 +76,7 @@ impl Mutex {
                 &k.queue,
                 &k.queue_expiry,
             ],
-            vec![
-                token.to_owned(),
-                millis(ttl).to_string(),
-                millis(FENCE_KEEP).to_string(),
-                holder.host.clone(),
-                holder.pid.to_string(),
-                holder.command.clone(),
-                holder.waiter.clone().unwrap_or_default(),
-                millis(ttl.max(PLACE_KEPT_AT_LEAST)).to_string(),
-            ],
+            acquire_args(token, ttl, holder),
         )
     }
 
@@ -114,6 +108,21 @@ impl Mutex {
             vec![token.to_owned(), millis(CANCEL_KEEP).to_string()],
         )
     }
+}
+
+/// The arguments both acquire scripts take first: token, ttl ms, fence counter ttl ms, host,
+/// pid, command, waiter id ('' for a run that does not wait), how long a place is kept.
+pub(super) fn acquire_args(token: &str, ttl: Duration, holder: &HolderInfo) -> Vec<String> {
+    vec![
+        token.to_owned(),
+        millis(ttl).to_string(),
+        millis(FENCE_KEEP).to_string(),
+        holder.host.clone(),
+        holder.pid.to_string(),
+        holder.command.clone(),
+        holder.waiter.clone().unwrap_or_default(),
+        millis(ttl.max(PLACE_KEPT_AT_LEAST)).to_string(),
+    ]
 }
 
 /// Leave the queue (a waiter that gives up); wakes the others if it was at the head.

@@ -12,11 +12,14 @@
 use std::time::Duration;
 
 use super::keys::Keys;
-use super::mutex::{millis, CANCEL_KEEP, FENCE_KEEP, PLACE_KEPT_AT_LEAST};
+use super::mutex::{acquire_args, millis, CANCEL_KEEP};
 use super::{Lua, ScriptCall};
 use crate::lock::HolderInfo;
 
-static ACQUIRE: Lua = Lua::new(include_str!("scripts/semaphore/acquire.lua"));
+static ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("scripts/prelude.lua"),
+    include_str!("scripts/semaphore/acquire.lua")
+));
 static RENEW: Lua = Lua::new(include_str!("scripts/semaphore/renew.lua"));
 static RELEASE: Lua = Lua::new(include_str!("scripts/semaphore/release.lua"));
 static CANCEL: Lua = Lua::new(include_str!("scripts/semaphore/cancel.lua"));
@@ -50,17 +53,11 @@ impl Semaphore {
                 &k.queue_expiry,
                 &k.limit,
             ],
-            vec![
-                token.to_owned(),
-                millis(ttl).to_string(),
-                millis(FENCE_KEEP).to_string(),
-                holder.host.clone(),
-                holder.pid.to_string(),
-                holder.command.clone(),
-                holder.waiter.clone().unwrap_or_default(),
-                millis(ttl.max(PLACE_KEPT_AT_LEAST)).to_string(),
-                self.limit.to_string(),
-            ],
+            {
+                let mut args = acquire_args(token, ttl, holder);
+                args.push(self.limit.to_string());
+                args
+            },
         )
     }
 

@@ -14,7 +14,7 @@
 local lock, fence_key, holder, cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local queue, expiry = KEYS[5], KEYS[6]
 local token, ttl = ARGV[1], ARGV[2]
-local waiter, keep_place = ARGV[7], tonumber(ARGV[8])
+local waiter, keep = ARGV[7], tonumber(ARGV[8])
 
 -- An attempt that its run already took back (cancel.lua) arrived late: it must not land.
 if redis.call('SISMEMBER', cancelled, token) == 1 then
@@ -28,35 +28,23 @@ if kind == 'zset' then
 elseif kind ~= 'none' and kind ~= 'string' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end
-for _, key in ipairs({queue, expiry}) do
-  local k = redis.call('TYPE', key).ok
-  if k ~= 'none' and k ~= 'zset' then
-    return redis.error_reply('WRONGTYPE the queue key ' .. key .. ' holds a ' .. k)
-  end
+local bad_queue = check_queue_keys(queue, expiry)
+if bad_queue then
+  return bad_queue
+end
+local last, bad_fence = last_fence(fence_key)
+if bad_fence then
+  return bad_fence
 end
 
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now_ms = math.floor(now_us / 1000)
-
--- Waiters that stopped asking (killed, gone, given up) leave the queue by server time.
-local gone = redis.call('ZRANGEBYSCORE', expiry, '-inf', now_ms, 'LIMIT', 0, 1000)
-if #gone > 0 then
-  redis.call('ZREM', queue, unpack(gone))
-  redis.call('ZREM', expiry, unpack(gone))
-end
+local now_us, now_ms = server_now()
+reap_waiters(queue, expiry, now_ms)
 
 -- Join the queue, or keep our place in it, and say who holds the lock and where we stand.
 local function busy()
   local place = 0
   if waiter ~= '' then
-    redis.call('ZADD', queue, 'NX', string.format('%.0f', now_us), waiter)
-    redis.call('ZADD', expiry, string.format('%.0f', now_ms + keep_place), waiter)
-    local last = redis.call('ZRANGE', expiry, -1, -1, 'WITHSCORES')
-    local left = math.max(tonumber(last[2]) - now_ms, 1)
-    redis.call('PEXPIRE', queue, left)
-    redis.call('PEXPIRE', expiry, left)
-    place = redis.call('ZRANK', queue, waiter) + 1
+    place = keep_place(queue, expiry, waiter, now_us, now_ms, keep)
   end
   -- Report who holds it, but only if the holder info belongs to the current value:
   -- a lock taken by another client on a raw key has no (or stale) holder info.
@@ -86,29 +74,10 @@ if kind == 'none' and redis.call('ZCARD', queue) > 0 then
   end
 end
 if waiter ~= '' then
-  redis.call('ZREM', queue, waiter)
-  redis.call('ZREM', expiry, waiter)
+  leave_queue(queue, expiry, waiter)
 end
 
--- Lua numbers are doubles: integers are exact up to 2^53, far beyond microseconds since 1970
--- (2^53 us is the year 2255). Anything else in the counter is refused before any write.
-local last = redis.call('GET', fence_key)
-if last then
-  if not string.match(last, '^%d+$') or #last > 16 or tonumber(last) >= 9007199254740991 then
-    return redis.error_reply('WRONGTYPE the fence key ' .. fence_key ..
-      ' does not hold a fence (a decimal integer below 2^53)')
-  end
-  last = tonumber(last)
-else
-  last = 0
-end
--- The fence grows by one per acquisition and never falls behind the server clock in
--- microseconds, so it keeps growing even after the counter itself was lost (a restart
--- without persistence, a failover to a replica that missed it), as long as the server's
--- clock was not stepped back by more than the time since the previous acquisition.
-local fence = math.max(last + 1, now_us)
-local fence_str = string.format('%.0f', fence)
-
+local fence_str = next_fence(last, now_us)
 redis.call('SET', lock, token, 'PX', ttl)
 redis.call('SET', fence_key, fence_str, 'PX', ARGV[3])
 redis.call('DEL', holder)

@@ -14,7 +14,7 @@
 local lock, fence_key, holders, cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local queue, expiry, limit_key = KEYS[5], KEYS[6], KEYS[7]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
-local waiter, keep_place, limit = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local waiter, keep, limit = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 
 if redis.call('SISMEMBER', cancelled, token) == 1 then
   return {2}
@@ -27,31 +27,21 @@ if kind == 'string' then
 elseif kind ~= 'none' and kind ~= 'zset' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end
-for _, key in ipairs({queue, expiry}) do
-  local k = redis.call('TYPE', key).ok
-  if k ~= 'none' and k ~= 'zset' then
-    return redis.error_reply('WRONGTYPE the queue key ' .. key .. ' holds a ' .. k)
-  end
+local bad_queue = check_queue_keys(queue, expiry)
+if bad_queue then
+  return bad_queue
 end
 local recorded = redis.call('GET', limit_key)
 if kind == 'zset' and recorded and tonumber(recorded) ~= limit then
   return redis.error_reply('WRONGTYPE the lock ' .. lock .. ' is used with --limit ' ..
     recorded .. ', not ' .. ARGV[9] .. '; use the same --limit as its other users')
 end
-local last = redis.call('GET', fence_key)
-if last then
-  if not string.match(last, '^%d+$') or #last > 16 or tonumber(last) >= 9007199254740991 then
-    return redis.error_reply('WRONGTYPE the fence key ' .. fence_key ..
-      ' does not hold a fence (a decimal integer below 2^53)')
-  end
-  last = tonumber(last)
-else
-  last = 0
+local last, bad_fence = last_fence(fence_key)
+if bad_fence then
+  return bad_fence
 end
 
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now_ms = math.floor(now_us / 1000)
+local now_us, now_ms = server_now()
 
 -- Holders whose lease ended, and waiters that stopped asking, are gone.
 local ended = redis.call('ZRANGEBYSCORE', lock, '-inf', now_ms, 'LIMIT', 0, 1000)
@@ -59,33 +49,12 @@ if #ended > 0 then
   redis.call('ZREM', lock, unpack(ended))
   redis.call('HDEL', holders, unpack(ended))
 end
-local gone = redis.call('ZRANGEBYSCORE', expiry, '-inf', now_ms, 'LIMIT', 0, 1000)
-if #gone > 0 then
-  redis.call('ZREM', queue, unpack(gone))
-  redis.call('ZREM', expiry, unpack(gone))
-end
-
--- Every key of the semaphore lives as long as its longest lease.
-local function expire_with_leases()
-  local longest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
-  if longest[2] then
-    local left = math.max(tonumber(longest[2]) - now_ms, 1)
-    redis.call('PEXPIRE', lock, left)
-    redis.call('PEXPIRE', holders, left)
-    redis.call('SET', limit_key, ARGV[9], 'PX', left)
-  end
-end
+reap_waiters(queue, expiry, now_ms)
 
 local function busy(free)
   local place = 0
   if waiter ~= '' then
-    redis.call('ZADD', queue, 'NX', string.format('%.0f', now_us), waiter)
-    redis.call('ZADD', expiry, string.format('%.0f', now_ms + keep_place), waiter)
-    local longest = redis.call('ZRANGE', expiry, -1, -1, 'WITHSCORES')
-    local left = math.max(tonumber(longest[2]) - now_ms, 1)
-    redis.call('PEXPIRE', queue, left)
-    redis.call('PEXPIRE', expiry, left)
-    place = redis.call('ZRANK', queue, waiter) + 1
+    place = keep_place(queue, expiry, waiter, now_us, now_ms, keep)
   end
   local queued = redis.call('ZCARD', queue)
   if free then
@@ -103,8 +72,7 @@ local function busy(free)
 end
 
 -- Our own token: an earlier attempt of this run landed although its reply was lost.
-local own = redis.call('ZSCORE', lock, token)
-if not own then
+if not redis.call('ZSCORE', lock, token) then
   local free = limit - redis.call('ZCARD', lock)
   if free <= 0 then
     return busy(false)
@@ -120,15 +88,18 @@ if not own then
   end
 end
 if waiter ~= '' then
-  redis.call('ZREM', queue, waiter)
-  redis.call('ZREM', expiry, waiter)
+  leave_queue(queue, expiry, waiter)
 end
 
-local fence = math.max(last + 1, now_us)
-local fence_str = string.format('%.0f', fence)
+local fence_str = next_fence(last, now_us)
 redis.call('ZADD', lock, string.format('%.0f', now_ms + ttl), token)
 redis.call('SET', fence_key, fence_str, 'PX', ARGV[3])
 redis.call('HSET', holders, token, ARGV[4] .. '\t' .. ARGV[5] .. '\t' ..
   string.format('%.0f', now_ms) .. '\t' .. fence_str .. '\t' .. ARGV[6])
-expire_with_leases()
+-- Every key of the semaphore lives as long as its longest lease.
+local longest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
+local left = math.max(tonumber(longest[2]) - now_ms, 1)
+redis.call('PEXPIRE', lock, left)
+redis.call('PEXPIRE', holders, left)
+redis.call('SET', limit_key, ARGV[9], 'PX', left)
 return {1, fence_str}
