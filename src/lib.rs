@@ -138,6 +138,7 @@ fn parse_and_run() -> End {
         Some(Sub::Status(args)) => match config::Target::from_args(&args.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);
+                warn_about(&target, &report);
                 runtime
                     .block_on(status::status(&target, args.json, &report))
                     .code()
@@ -148,6 +149,7 @@ fn parse_and_run() -> End {
         None => match config::RunConfig::from_args(&cli.conn, &cli.run) {
             Ok(cfg) => {
                 let report = report.with_key(&cfg.target.key);
+                warn_about(&cfg.target, &report);
                 let end = runtime.block_on(run::run(&cfg, &report));
                 // The runtime's threads and handlers go before the process ends by a signal.
                 drop(runtime);
@@ -159,6 +161,15 @@ fn parse_and_run() -> End {
             }
             Err(e) => usage_error(&report, &e).code().into(),
         },
+    }
+}
+
+/// Settings that work but deserve a word (an even number of Redlock masters).
+fn warn_about(target: &config::Target, report: &Reporter) {
+    if let config::Endpoint::Quorum(nodes) = &target.endpoint {
+        if let Some(warning) = nodes.warning() {
+            report.warn("config", warning);
+        }
     }
 }
 

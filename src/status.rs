@@ -25,8 +25,13 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
                 to_json(&target.key, &status)
             } else {
                 // The holder info was written by another host: no control character of it
-                // (or of the key) reaches the terminal as such.
-                crate::report::one_line(&to_text(&target.key, &status)).into_owned()
+                // (or of the key) reaches the terminal as such. One line each: the lock, then
+                // (Redlock) each node.
+                std::iter::once(to_text(&target.key, &status))
+                    .chain(nodes_text(&status))
+                    .map(|line| crate::report::one_line(&line).into_owned())
+                    .collect::<Vec<_>>()
+                    .join("\n")
             };
             match print_line(&out) {
                 Ok(()) => Ending::Ran(ChildEnd::Exited(0)),
@@ -60,6 +65,17 @@ fn print_line(line: &str) -> io::Result<()> {
 
 fn to_text(key: &str, s: &Status) -> String {
     if !s.held {
+        let held_on = s
+            .nodes
+            .iter()
+            .filter(|n| n.status.as_ref().is_ok_and(|s| s.held))
+            .count();
+        if held_on > 0 {
+            return format!(
+                "{key}: free (not held by a quorum; held on {held_on} of {} nodes)",
+                s.nodes.len()
+            );
+        }
         return format!("{key}: free");
     }
     let ttl = match s.ttl_ms {
@@ -84,6 +100,17 @@ fn to_text(key: &str, s: &Status) -> String {
         let _ = write!(out, ", command: {cmd}");
     }
     out
+}
+
+/// Redlock: one line a node, after the quorum's view.
+fn nodes_text(s: &Status) -> Vec<String> {
+    s.nodes
+        .iter()
+        .map(|n| match &n.status {
+            Ok(status) => format!("  {}", to_text(&n.server, status)),
+            Err(e) => format!("  {}: no answer: {e}", n.server),
+        })
+        .collect()
 }
 
 fn age(acquired_ms: u64) -> String {
@@ -112,10 +139,29 @@ struct StatusJson<'a> {
     acquired_ms: Option<u64>,
     ttl_ms: Option<u64>,
     fence: Option<u64>,
+    /// Redlock: each node's view (left out for one server).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    nodes: Vec<NodeJson<'a>>,
+}
+
+/// One Redlock node in `status --json`: its URL (password hidden) and what it holds, or the
+/// error that kept it from answering.
+#[derive(Serialize)]
+struct NodeJson<'a> {
+    redis: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    status: Option<StatusJson<'a>>,
 }
 
 fn to_json(key: &str, s: &Status) -> String {
-    let json = StatusJson {
+    // Cannot fail: plain fields, no maps with non-string keys.
+    serde_json::to_string(&json_of(key, s)).expect("status JSON serializes")
+}
+
+fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
+    StatusJson {
         held: s.held,
         foreign: s.foreign,
         key,
@@ -125,9 +171,16 @@ fn to_json(key: &str, s: &Status) -> String {
         acquired_ms: s.acquired_ms,
         ttl_ms: s.ttl_ms,
         fence: s.fence,
-    };
-    // Cannot fail: plain fields, no maps with non-string keys.
-    serde_json::to_string(&json).expect("status JSON serializes")
+        nodes: s
+            .nodes
+            .iter()
+            .map(|n| NodeJson {
+                redis: &n.server,
+                error: n.status.as_ref().err().map(String::as_str),
+                status: n.status.as_ref().ok().map(|s| json_of(key, s)),
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]

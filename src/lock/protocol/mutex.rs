@@ -20,6 +20,7 @@ static ACQUIRE: Lua = Lua::new(include_str!("scripts/acquire.lua"));
 static RENEW: Lua = Lua::new(include_str!("scripts/renew.lua"));
 static RELEASE: Lua = Lua::new(include_str!("scripts/release.lua"));
 static CANCEL: Lua = Lua::new(include_str!("scripts/cancel.lua"));
+static RAISE_FENCE: Lua = Lua::new(include_str!("scripts/raise_fence.lua"));
 
 /// How long a cancelled acquire attempt is remembered: far longer than a request can linger
 /// in TCP retransmissions or a middlebox after its connection was given up.
@@ -99,6 +100,21 @@ impl Mutex {
         )
     }
 
+    /// Redlock's fence write-back: raise the counter to `fence` where the lock still holds
+    /// `token` (counter := max(counter, fence)).
+    pub fn raise_fence(&self, token: &str, fence: u64) -> ScriptCall {
+        let k = &self.keys;
+        ScriptCall::new(
+            &RAISE_FENCE,
+            &[&k.lock, &k.fence, &k.holder],
+            vec![
+                token.to_owned(),
+                fence.to_string(),
+                millis(FENCE_KEEP).to_string(),
+            ],
+        )
+    }
+
     /// A read-only pipeline: the value, its TTL, the holder info and the fence counter.
     pub fn status(&self) -> redis::Pipeline {
         let k = &self.keys;
@@ -121,7 +137,8 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy.
+/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy; `{2}` (an
+/// attempt with a token its run cancelled) is `None`, like any reply of another shape.
 pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = reply else {
         return None;
@@ -156,6 +173,16 @@ pub fn parse_renew(reply: &Value) -> Option<bool> {
         Value::Int(0) => Some(false),
         _ => None,
     }
+}
+
+/// `{2}`: the acquire script refused a token that its run had cancelled on this server.
+pub fn is_cancelled(reply: &Value) -> bool {
+    matches!(reply, Value::Array(items) if items.as_slice() == [Value::Int(2)])
+}
+
+/// 1 the counter was raised (the token was there), 0 the token is gone.
+pub fn parse_raise_fence(reply: &Value) -> Option<bool> {
+    parse_renew(reply)
 }
 
 /// 1 released, 0 held by another value, -1 already gone.
@@ -212,6 +239,7 @@ fn status_from(
         command: field("cmd"),
         acquired_ms: field("acquired_ms").and_then(|p| p.parse().ok()),
         fence: field("fence").or(fence).and_then(|f| f.parse().ok()),
+        ..Status::default()
     }
 }
 
