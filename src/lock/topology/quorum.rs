@@ -163,7 +163,13 @@ impl Quorum {
     }
 
     /// Raise the counter to `fence` on the nodes that granted; how many took it.
-    async fn write_back(&self, token: &Token, fence: u64, votes: &[Vote], bound: Duration) -> usize {
+    async fn write_back(
+        &self,
+        token: &Token,
+        fence: u64,
+        votes: &[Vote],
+        bound: Duration,
+    ) -> usize {
         let already = votes
             .iter()
             .filter(|v| matches!(v, Vote::Granted(f) if *f == fence))
@@ -230,7 +236,10 @@ impl Quorum {
 }
 
 fn unexpected(node: &Server, what: &str, reply: &redis::Value) -> RedisFailure {
-    RedisFailure::unexpected(node.shown(), format!("unexpected reply to {what}: {reply:?}"))
+    RedisFailure::unexpected(
+        node.shown(),
+        format!("unexpected reply to {what}: {reply:?}"),
+    )
 }
 
 impl Lock for Quorum {
@@ -414,8 +423,7 @@ impl Lock for Quorum {
             }
         }))
         .await;
-        let failures: Vec<RedisFailure> =
-            replies.iter().filter_map(|r| r.clone().err()).collect();
+        let failures: Vec<RedisFailure> = replies.iter().filter_map(|r| r.clone().err()).collect();
         let answered = self.n() - failures.len();
         if answered < self.quorum {
             return Err(self.too_few("answered", answered, &failures, false));
@@ -504,7 +512,10 @@ mod tests {
         ];
         let view = quorum_view(&nodes, 2);
         assert!(view.held);
-        assert_eq!((view.pid, view.ttl_ms, view.fence), (Some(1), Some(900), Some(7)));
+        assert_eq!(
+            (view.pid, view.ttl_ms, view.fence),
+            (Some(1), Some(900), Some(7))
+        );
 
         let split = [
             node(Ok(held_by(1, 900, 5))),
@@ -519,9 +530,6 @@ mod tests {
         let s = Duration::from_secs;
         assert_eq!(Quorum::node_bound(s(30), s(5)), Duration::from_millis(1500));
         assert_eq!(Quorum::node_bound(s(1), s(5)), NODE_BOUND_FLOOR);
-        assert_eq!(
-            Quorum::node_bound(s(30), s(1)),
-            Duration::from_millis(375)
-        );
+        assert_eq!(Quorum::node_bound(s(30), s(1)), Duration::from_millis(375));
     }
 }
