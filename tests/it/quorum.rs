@@ -5,6 +5,7 @@
 
 use std::fs;
 
+use crate::common::proxy::FaultProxy;
 use crate::common::quorum::Nodes;
 use crate::common::*;
 
@@ -486,4 +487,65 @@ fn password_file_applies_to_every_node() {
         .args(["--", "true"])
         .run();
     out.expect_code(0);
+}
+
+/// A waiter's acquire gets stuck on two nodes (its connections there go silently dead) and
+/// arrives only after the attempt was given up: the take-back cancelled it, so it cannot
+/// land, even after the waiter has run and gone.
+#[test]
+fn a_late_acquire_cannot_land_after_the_take_back() {
+    let nodes = Nodes::start(3);
+    let dir = scratch();
+    let proxies: Vec<FaultProxy> = [0, 2]
+        .iter()
+        .map(|&i| FaultProxy::start(([127, 0, 0, 1], nodes.servers[i].port()).into()))
+        .collect();
+    let mut holder = nodes
+        .wrapper("k")
+        .sh(
+            "echo $$ > a-started; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.05; \
+             i=$((i+1)); done",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    holder.child_pid(&dir.path().join("a-started"), secs(10));
+    let mut waiter = Wrapper::new()
+        .args([
+            "--redis",
+            &proxies[0].url(),
+            "--redis",
+            &nodes.servers[1].url(),
+        ])
+        .args([
+            "--redis",
+            &proxies[1].url(),
+            "--key",
+            "k",
+            "--ttl",
+            "20s",
+            "--wait",
+            "30s",
+        ])
+        .args(["-v", "-c", "touch b-ran"])
+        .current_dir(dir.path())
+        .spawn();
+    let waiting = poll_until(secs(10), || waiter.stderr_so_far().contains("waiting"));
+    assert!(waiting, "the waiter did not wait\n{}", waiter.describe());
+    for p in &proxies {
+        p.freeze_all();
+    }
+    fs::write(dir.path().join("go"), "").unwrap();
+    holder.wait(secs(10)).expect_code(0);
+    let out = waiter.wait(secs(40));
+    out.expect_code(0);
+    assert!(dir.path().join("b-ran").exists(), "{out}");
+    assert!(
+        out.stderr.contains("retrying"),
+        "no attempt met the frozen nodes\n{out}"
+    );
+    for p in &proxies {
+        p.thaw_all();
+    }
+    let landed = poll_until(secs(2), || nodes.holding(KEY) > 0);
+    assert!(!landed, "a late acquire landed after the take-back\n{out}");
 }
