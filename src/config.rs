@@ -47,6 +47,7 @@ pub struct Target {
 
 /// Which servers hold the lock, one variant per topology (see `lock::Backend`).
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per run: its size does not matter
 pub enum Endpoint {
     /// One server: `redis://`, `rediss://`, `valkey://`, `valkeys://`, `unix://`.
     Single(redis::ConnectionInfo),
@@ -115,7 +116,7 @@ impl QuorumNodes {
     /// A warning worth one line before the run, if any.
     pub fn warning(&self) -> Option<String> {
         let n = self.nodes.len();
-        (n % 2 == 0).then(|| {
+        n.is_multiple_of(2).then(|| {
             format!(
                 "Redlock over an even number of masters ({n}) tolerates no more failures than \
                  over {}; consider an odd number",

@@ -212,6 +212,7 @@ impl ReleaseNotices {
 }
 
 /// Every backend. The supervisor is generic over [`Lock`] and gets one of these from `open`.
+#[allow(clippy::large_enum_variant)] // one per run: its size does not matter
 pub enum Backend {
     Single(topology::single::Single),
     Quorum(topology::quorum::Quorum),

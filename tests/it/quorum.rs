@@ -304,7 +304,7 @@ fn status_shows_the_quorum_and_each_node() {
     let lines: Vec<&str> = text.stdout.lines().collect();
     assert_eq!(lines.len(), 4, "{text}");
     assert!(
-        lines[0].starts_with(&format!("redlock:k: held by ")) && lines[0].contains(&fence),
+        lines[0].starts_with("redlock:k: held by ") && lines[0].contains(&fence),
         "{text}"
     );
     let url = |i: usize| nodes.servers[i].url();
@@ -509,7 +509,7 @@ fn a_late_acquire_cannot_land_after_the_take_back() {
         .current_dir(dir.path())
         .spawn();
     holder.child_pid(&dir.path().join("a-started"), secs(10));
-    let mut waiter = Wrapper::new()
+    let waiter = Wrapper::new()
         .args([
             "--redis",
             &proxies[0].url(),
