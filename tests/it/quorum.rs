@@ -549,3 +549,28 @@ fn a_late_acquire_cannot_land_after_the_take_back() {
     let landed = poll_until(secs(2), || nodes.holding(KEY) > 0);
     assert!(!landed, "a late acquire landed after the take-back\n{out}");
 }
+
+/// The token gone from one node: the quorum still renews. Gone from a majority: lost, the
+/// command is stopped, exit 74.
+#[test]
+fn losing_the_key_on_a_majority_stops_the_command_but_one_node_does_not() {
+    let nodes = Nodes::start(3);
+    let dir = scratch();
+    let mut run = nodes
+        .wrapper("k")
+        .args(["--ttl", "1s"])
+        .sh("echo $$ > started; sleep 1.5; touch one-gone; sleep 1.5; touch finished")
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+    nodes.servers[0].cli(&["DEL", KEY]);
+    run.wait_for_file(&dir.path().join("one-gone"), secs(10));
+    assert!(run.is_running(), "{}", run.describe());
+    nodes.servers[1].cli(&["DEL", KEY]);
+    let out = run.wait(secs(30));
+    out.expect_code(74);
+    assert!(
+        !dir.path().join("finished").exists(),
+        "the command was not stopped\n{out}"
+    );
+}
