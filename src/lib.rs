@@ -5,7 +5,7 @@
 //! - `config`: checks the flags and turns them into settings, before anything runs.
 //! - `lease`: the lease clock (CLOCK_BOOTTIME deadlines, drift).
 //! - `lock`: the lock contract, and behind it the protocols (mutex) and topologies (one
-//!   server) that implement it.
+//!   server, a Redlock quorum of masters) that implement it.
 //! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
 //! - `tree`: the command as its whole process tree, beyond its group and session: a cgroup v2
