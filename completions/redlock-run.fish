@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_redlock_run_global_optspecs
-    string join \n k/key= r/redis= password-file= prefix= connect-timeout= tls-ca-cert= tls-cert= tls-key= t/ttl= heartbeat= w/wait= limit= E/conflict-exit-code= grace= max-runtime= hold-at-least= min-replicas= replica-timeout= c/command= q/quiet v/verbose log-format= h/help V/version
+    string join \n k/key= r/redis= quorum= password-file= prefix= connect-timeout= tls-ca-cert= tls-cert= tls-key= t/ttl= heartbeat= w/wait= limit= E/conflict-exit-code= grace= max-runtime= hold-at-least= min-replicas= replica-timeout= c/command= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_redlock_run_needs_command
@@ -27,7 +27,8 @@ function __fish_redlock_run_using_subcommand
 end
 
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s k -l key -d 'Lock name; the Redis key is PREFIX + KEY' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path. Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l quorum -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l connect-timeout -d 'Bound on connecting to Redis (the whole start) and on each reply' -r
@@ -54,7 +55,8 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -s V -l version -d
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "status" -d 'Tell who holds a lock: host, pid, command, age, TTL left, fence'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s k -l key -d 'Lock name; the Redis key is PREFIX + KEY' -r
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path. Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l quorum -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l connect-timeout -d 'Bound on connecting to Redis (the whole start) and on each reply' -r

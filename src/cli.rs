@@ -154,16 +154,23 @@ pub struct ConnArgs {
     pub key: Option<String>,
 
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://,
-    /// unix:///path.
+    /// unix:///path. Given 3 or more times (or several URLs separated by spaces in
+    /// REDLOCK_REDIS): Redlock, one lock over independent masters.
     #[arg(
         short,
         long,
         env = "REDLOCK_REDIS",
         value_name = "URL",
         default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
+        hide_env_values = true,
+        action = ArgAction::Append
     )]
-    pub redis: String,
+    pub redis: Vec<String>,
+
+    /// Redlock: how many of the --redis masters must grant and renew the lock
+    /// [default: more than half].
+    #[arg(long, env = "REDLOCK_QUORUM", value_name = "Q")]
+    pub quorum: Option<usize>,
 
     /// Read the Redis password from FILE (keeps it out of ps); wins over the URL's.
     #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "FILE")]

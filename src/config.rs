@@ -53,9 +53,83 @@ pub struct Target {
 
 /// Which servers hold the lock, one variant per topology (see `lock::Backend`).
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per run: its size does not matter
 pub enum Endpoint {
     /// One server: `redis://`, `rediss://`, `valkey://`, `valkeys://`, `unix://`.
     Single(redis::ConnectionInfo),
+    /// Redlock: `--redis` given 3 or more times, each a plain server.
+    Quorum(QuorumNodes),
+}
+
+/// Redlock's independent masters, and how many of them must agree.
+#[derive(Debug, Clone)]
+pub struct QuorumNodes {
+    /// Each master's connection settings, and its URL with any password hidden.
+    pub nodes: Vec<(redis::ConnectionInfo, String)>,
+    /// Grants (and renewals) needed: more than half of the nodes.
+    pub quorum: usize,
+}
+
+impl QuorumNodes {
+    /// Several `--redis` URLs as a Redlock quorum (`urls.len() >= 2`). Each must be a plain
+    /// server URL, given once; `quorum` defaults to a majority and may not be less.
+    fn parse(urls: &[String], quorum: Option<usize>) -> Result<QuorumNodes, UsageError> {
+        let n = urls.len();
+        if n < 3 {
+            return Err(usage(format!(
+                "{n} --redis URLs given: Redlock needs at least 3 independent masters (one \
+                 --redis is a single server)"
+            )));
+        }
+        let mut nodes: Vec<(redis::ConnectionInfo, String)> = Vec::with_capacity(n);
+        for url in urls {
+            let shown = redis_url::redact(url);
+            let info = redis_url::parse_server(url).map_err(|e| {
+                if e.contains("unknown scheme") {
+                    // Sentinel, Cluster and the like name several servers of their own.
+                    usage(format!(
+                        "--redis {shown}: with several --redis (Redlock) each must be one plain \
+                         server: redis://, rediss://, valkey://, valkeys:// or unix://"
+                    ))
+                } else {
+                    usage(e)
+                }
+            })?;
+            if let Some((_, first)) = nodes.iter().find(|(i, _)| i.addr() == info.addr()) {
+                return Err(usage(format!(
+                    "--redis {shown}: the same server as --redis {first}; Redlock needs \
+                     independent masters"
+                )));
+            }
+            nodes.push((info, shown));
+        }
+        let tls = nodes.iter().filter(|(i, _)| is_tls(i)).count();
+        if tls != 0 && tls != n {
+            return Err(usage(
+                "--redis: some URLs use TLS and some do not; use rediss:// for all or none",
+            ));
+        }
+        let quorum = quorum.unwrap_or(n / 2 + 1);
+        if quorum <= n / 2 || quorum > n {
+            return Err(usage(format!(
+                "--quorum {quorum}: with {n} --redis it must be more than {} and at most {n}",
+                n / 2
+            )));
+        }
+        Ok(QuorumNodes { nodes, quorum })
+    }
+
+    /// A warning worth one line before the run, if any.
+    pub fn warning(&self) -> Option<String> {
+        let n = self.nodes.len();
+        n.is_multiple_of(2).then(|| {
+            format!(
+                "Redlock over an even number of masters ({n}) tolerates no more failures than \
+                 over {}; consider an odd number",
+                n - 1
+            )
+        })
+    }
 }
 
 impl Endpoint {
@@ -63,6 +137,8 @@ impl Endpoint {
     pub fn uses_tls(&self) -> bool {
         match self {
             Endpoint::Single(info) => is_tls(info),
+            // QuorumNodes::parse refuses a mix.
+            Endpoint::Quorum(q) => q.nodes.iter().all(|(info, _)| is_tls(info)),
         }
     }
 }
@@ -196,12 +272,32 @@ impl Target {
         if conn.connect_timeout > LONGEST {
             return Err(usage("--connect-timeout is longer than 10 years"));
         }
-        let redis_shown = redis_url::redact(&conn.redis);
-        let mut endpoint = redis_url::parse(&conn.redis).map_err(UsageError)?;
+        let urls = redis_urls(&conn.redis);
+        let redis_shown = urls
+            .iter()
+            .map(|u| redis_url::redact(u))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut endpoint = match urls.as_slice() {
+            [url] => redis_url::parse(url).map_err(UsageError)?,
+            _ => Endpoint::Quorum(QuorumNodes::parse(&urls, conn.quorum)?),
+        };
+        if conn.quorum.is_some() && !matches!(endpoint, Endpoint::Quorum(_)) {
+            return Err(usage(
+                "--quorum needs several --redis (Redlock); with one server there is nothing \
+                 to count",
+            ));
+        }
         if let Some(path) = &conn.password_file {
             let password = read_password(path)?;
             endpoint = match endpoint {
                 Endpoint::Single(info) => Endpoint::Single(with_password(info, &password)),
+                Endpoint::Quorum(mut q) => {
+                    for (info, _) in &mut q.nodes {
+                        *info = with_password(info.clone(), &password);
+                    }
+                    Endpoint::Quorum(q)
+                }
             };
         }
         let tls = Tls::from_args(conn)?;
@@ -220,6 +316,20 @@ impl Target {
             tls,
             limit: 1,
         })
+    }
+}
+
+/// The `--redis` URLs. `REDLOCK_REDIS` may hold several, separated by whitespace; a value
+/// typed on the command line is taken whole (a password could hold a space).
+fn redis_urls(given: &[String]) -> Vec<String> {
+    match given {
+        [one]
+            if one.split_whitespace().nth(1).is_some()
+                && std::env::var("REDLOCK_REDIS").is_ok_and(|env| env == *one) =>
+        {
+            one.split_whitespace().map(str::to_owned).collect()
+        }
+        _ => given.to_vec(),
     }
 }
 
@@ -341,6 +451,18 @@ impl RunConfig {
         }
         let mut target = Target::from_args(conn)?;
         target.limit = run.limit;
+        if matches!(target.endpoint, Endpoint::Quorum(_)) {
+            if run.min_replicas > 0 {
+                return Err(usage(
+                    "--min-replicas is not supported with Redlock (several --redis) in this version",
+                ));
+            }
+            if run.limit > 1 {
+                return Err(usage(
+                    "--limit is not supported with Redlock (several --redis) in this version",
+                ));
+            }
+        }
         if let Some(name) = &conn.key {
             check_nesting(name, &target.key)?;
         }

@@ -5,7 +5,7 @@
 //! - `config`: checks the flags and turns them into settings, before anything runs.
 //! - `lease`: the lease clock (CLOCK_BOOTTIME deadlines, drift).
 //! - `lock`: the lock contract, and behind it the protocols (mutex) and topologies (one
-//!   server) that implement it.
+//!   server, a Redlock quorum of masters) that implement it.
 //! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
 //! - `tree`: the command as its whole process tree, beyond its group and session: a cgroup v2
@@ -138,6 +138,7 @@ fn parse_and_run() -> End {
         Some(Sub::Status(args)) => match config::Target::from_args(&args.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);
+                warn_about(&target, &report);
                 runtime
                     .block_on(status::status(&target, args.json, &report))
                     .code()
@@ -148,6 +149,7 @@ fn parse_and_run() -> End {
         None => match config::RunConfig::from_args(&cli.conn, &cli.run) {
             Ok(cfg) => {
                 let report = report.with_key(&cfg.target.key);
+                warn_about(&cfg.target, &report);
                 let end = runtime.block_on(run::run(&cfg, &report));
                 // The runtime's threads and handlers go before the process ends by a signal.
                 drop(runtime);
@@ -159,6 +161,15 @@ fn parse_and_run() -> End {
             }
             Err(e) => usage_error(&report, &e).code().into(),
         },
+    }
+}
+
+/// Settings that work but deserve a word (an even number of Redlock masters).
+fn warn_about(target: &config::Target, report: &Reporter) {
+    if let config::Endpoint::Quorum(nodes) = &target.endpoint {
+        if let Some(warning) = nodes.warning() {
+            report.warn("config", warning);
+        }
     }
 }
 

@@ -25,8 +25,13 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
                 to_json(&target.key, &status)
             } else {
                 // The holder info was written by another host: no control character of it
-                // (or of the key) reaches the terminal as such.
-                crate::report::one_line(&to_text(&target.key, &status)).into_owned()
+                // (or of the key) reaches the terminal as such. One line each: the lock, then
+                // (Redlock) each node.
+                std::iter::once(to_text(&target.key, &status))
+                    .chain(nodes_text(&status))
+                    .map(|line| crate::report::one_line(&line).into_owned())
+                    .collect::<Vec<_>>()
+                    .join("\n")
             };
             match print_line(&out) {
                 Ok(()) => Ending::Ran(ChildEnd::Exited(0)),
@@ -83,6 +88,17 @@ fn holder_text(key: &str, s: &Status) -> String {
         return permits_text(key, limit, s);
     }
     if !s.held {
+        let held_on = s
+            .nodes
+            .iter()
+            .filter(|n| n.status.as_ref().is_ok_and(|s| s.held))
+            .count();
+        if held_on > 0 {
+            return format!(
+                "{key}: free (not held by a quorum; held on {held_on} of {} nodes)",
+                s.nodes.len()
+            );
+        }
         return format!("{key}: free");
     }
     let ttl = match s.ttl_ms {
@@ -142,6 +158,17 @@ fn permits_text(key: &str, limit: u32, s: &Status) -> String {
     out
 }
 
+/// Redlock: one line a node, after the quorum's view.
+fn nodes_text(s: &Status) -> Vec<String> {
+    s.nodes
+        .iter()
+        .map(|n| match &n.status {
+            Ok(status) => format!("  {}", to_text(&n.server, status)),
+            Err(e) => format!("  {}: no answer: {e}", n.server),
+        })
+        .collect()
+}
+
 fn age(acquired_ms: u64) -> String {
     let at = UNIX_EPOCH + Duration::from_millis(acquired_ms);
     let ago = SystemTime::now()
@@ -176,6 +203,9 @@ struct StatusJson<'a> {
     limit: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     holders: Option<Vec<PermitJson<'a>>>,
+    /// Redlock: each node's view (left out for one server).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    nodes: Vec<NodeJson<'a>>,
 }
 
 #[derive(Serialize)]
@@ -188,8 +218,24 @@ struct PermitJson<'a> {
     fence: Option<u64>,
 }
 
+/// One Redlock node in `status --json`: its URL (password hidden) and what it holds, or the
+/// error that kept it from answering.
+#[derive(Serialize)]
+struct NodeJson<'a> {
+    redis: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    status: Option<StatusJson<'a>>,
+}
+
 fn to_json(key: &str, s: &Status) -> String {
-    let json = StatusJson {
+    // Cannot fail: plain fields, no maps with non-string keys.
+    serde_json::to_string(&json_of(key, s)).expect("status JSON serializes")
+}
+
+fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
+    StatusJson {
         held: s.held,
         foreign: s.foreign,
         key,
@@ -215,9 +261,16 @@ fn to_json(key: &str, s: &Status) -> String {
                 })
                 .collect()
         }),
-    };
-    // Cannot fail: plain fields, no maps with non-string keys.
-    serde_json::to_string(&json).expect("status JSON serializes")
+        nodes: s
+            .nodes
+            .iter()
+            .map(|n| NodeJson {
+                redis: &n.server,
+                error: n.status.as_ref().err().map(String::as_str),
+                status: n.status.as_ref().ok().map(|s| json_of(key, s)),
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]

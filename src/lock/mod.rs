@@ -6,7 +6,7 @@
 //! - **Topology** (`topology/`): how commands reach servers. `topology/server.rs` is one
 //!   connection to one server (replaced after any timeout; EVALSHA with an EVAL fallback; a
 //!   write and its WAIT in one pipeline); `topology/single.rs` is the first backend: the mutex
-//!   on one server.
+//!   on one server; `topology/quorum.rs` is Redlock: the mutex on N independent masters.
 //!
 //! `Backend` below names every backend; `open` picks one for a target. Adding a topology means
 //! a file under `topology/`, a variant here and its URL parsing in `config.rs`: the supervisor
@@ -182,6 +182,18 @@ pub struct Status {
     /// `--limit`: the limit recorded with the lock, and every holder (empty for a mutex).
     pub limit: Option<u32>,
     pub permits: Vec<Permit>,
+    /// Redlock: what each node says, in `--redis` order (empty for one server). The fields
+    /// above are then the quorum's view.
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// One Redlock node's answer to `status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// The node's URL, password hidden.
+    pub server: String,
+    /// Its status, or why it could not tell.
+    pub status: Result<Status, String>,
 }
 
 /// One holder of a `--limit` lock.
@@ -232,8 +244,10 @@ impl ReleaseNotices {
 }
 
 /// Every backend. The supervisor is generic over [`Lock`] and gets one of these from `open`.
+#[allow(clippy::large_enum_variant)] // one per run: its size does not matter
 pub enum Backend {
     Single(topology::single::Single),
+    Quorum(topology::quorum::Quorum),
 }
 
 /// Connect to the lock described by `target` within `within`: fails with an
@@ -248,6 +262,9 @@ pub async fn open(
         Endpoint::Single(info) => {
             Backend::Single(topology::single::Single::open(info, target, ack, within).await?)
         }
+        Endpoint::Quorum(nodes) => {
+            Backend::Quorum(topology::quorum::Quorum::open(nodes, target, within).await?)
+        }
     })
 }
 
@@ -255,6 +272,7 @@ impl Lock for Backend {
     fn name(&self) -> &str {
         match self {
             Backend::Single(b) => b.name(),
+            Backend::Quorum(b) => b.name(),
         }
     }
 
@@ -267,6 +285,7 @@ impl Lock for Backend {
     ) -> Result<Attempt, RedisFailure> {
         match self {
             Backend::Single(b) => b.try_acquire(token, ttl, holder, within).await,
+            Backend::Quorum(b) => b.try_acquire(token, ttl, holder, within).await,
         }
     }
 
@@ -278,6 +297,7 @@ impl Lock for Backend {
     ) -> Result<Renewal, RedisFailure> {
         match self {
             Backend::Single(b) => b.renew(token, ttl, within).await,
+            Backend::Quorum(b) => b.renew(token, ttl, within).await,
         }
     }
 
@@ -289,24 +309,28 @@ impl Lock for Backend {
     ) -> Result<Released, RedisFailure> {
         match self {
             Backend::Single(b) => b.release(token, keep, within).await,
+            Backend::Quorum(b) => b.release(token, keep, within).await,
         }
     }
 
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
         match self {
             Backend::Single(b) => b.release_notices(within).await,
+            Backend::Quorum(b) => b.release_notices(within).await,
         }
     }
 
     async fn status(&self) -> Result<Status, RedisFailure> {
         match self {
             Backend::Single(b) => b.status().await,
+            Backend::Quorum(b) => b.status().await,
         }
     }
 
     async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
         match self {
             Backend::Single(b) => b.leave_queue(holder, within).await,
+            Backend::Quorum(b) => b.leave_queue(holder, within).await,
         }
     }
 }

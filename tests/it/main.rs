@@ -37,6 +37,9 @@
 //! - `completion`: the bash completion, run in bash: options of a run and of `status`,
 //!   commands after `--`.
 //! - `harness`: sanity checks of the harness itself.
+//! - `quorum`: Redlock over N masters: a node down, frozen or restarted empty, no quorum
+//!   (exit 69, nothing left), the fence write-back against a counter far ahead, busy,
+//!   `status`, usage errors, `REDLOCK_REDIS` with several URLs, passwords hidden.
 //! - `proxy`: the TCP fault proxy (latency, hold, discard, blackhole, refuse, freeze, reset).
 
 #[path = "../common/mod.rs"]
@@ -54,6 +57,7 @@ mod network;
 mod options;
 mod proxy;
 mod queue;
+mod quorum;
 mod redis_errors;
 mod replicas;
 mod secrets;

@@ -29,6 +29,7 @@ static LEAVE: Lua = Lua::new(include_str!("scripts/leave.lua"));
 /// at least every 250 ms (`backoff::BACKOFF_CAP`); a place lasts one `--ttl`, but never less
 /// than this, so that a short ttl does not send a waiter to the back between two attempts.
 const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
+static RAISE_FENCE: Lua = Lua::new(include_str!("scripts/raise_fence.lua"));
 
 /// How long a cancelled acquire attempt is remembered: far longer than a request can linger
 /// in TCP retransmissions or a middlebox after its connection was given up.
@@ -108,6 +109,21 @@ impl Mutex {
             vec![token.to_owned(), millis(CANCEL_KEEP).to_string()],
         )
     }
+
+    /// Redlock's fence write-back: raise the counter to `fence` where the lock still holds
+    /// `token` (counter := max(counter, fence)).
+    pub fn raise_fence(&self, token: &str, fence: u64) -> ScriptCall {
+        let k = &self.keys;
+        ScriptCall::new(
+            &RAISE_FENCE,
+            &[&k.lock, &k.fence, &k.holder],
+            vec![
+                token.to_owned(),
+                fence.to_string(),
+                millis(FENCE_KEEP).to_string(),
+            ],
+        )
+    }
 }
 
 /// The arguments both acquire scripts take first: token, ttl ms, fence counter ttl ms, host,
@@ -138,7 +154,8 @@ pub(super) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy.
+/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy; `{2}` (an
+/// attempt with a token its run cancelled) is `None`, like any reply of another shape.
 pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = reply else {
         return None;
@@ -180,6 +197,16 @@ pub fn parse_renew(reply: &Value) -> Option<bool> {
         Value::Int(0) => Some(false),
         _ => None,
     }
+}
+
+/// `{2}`: the acquire script refused a token that its run had cancelled on this server.
+pub fn is_cancelled(reply: &Value) -> bool {
+    matches!(reply, Value::Array(items) if items.as_slice() == [Value::Int(2)])
+}
+
+/// 1 the counter was raised (the token was there), 0 the token is gone.
+pub fn parse_raise_fence(reply: &Value) -> Option<bool> {
+    parse_renew(reply)
 }
 
 /// 1 released, 0 held by another value, -1 already gone.

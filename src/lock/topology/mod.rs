@@ -3,6 +3,9 @@
 //!
 //! - `server`: one connection to one server, the building block of every backend.
 //! - `single`: the mutex on one Redis server.
+//! - `quorum`: Redlock, the mutex on N independent masters with a quorum and a fence that
+//!   only grows.
 
+pub mod quorum;
 pub mod server;
 pub mod single;
