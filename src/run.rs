@@ -266,9 +266,14 @@ async fn acquire<L: Lock>(
             cfg.target.timeout
         };
         let attempt = lock.try_acquire(token, cfg.ttl, holder, within).await;
-        if attempt.as_ref().is_err_and(|e| e.may_have_written()) {
+        match &attempt {
             // That attempt was taken back and its token cancelled (see the contract).
-            *token = Token::new();
+            Err(e) if e.may_have_written() => *token = Token::new(),
+            // Busy on a quorum can also come with a take-back on the nodes whose reply was
+            // lost, which cancels the token there: a fresh token keeps those nodes usable
+            // for the next attempt. (The waiter's place in a queue has its own id.)
+            Ok(Attempt::Busy(_)) => *token = Token::new(),
+            _ => {}
         }
         let now = Stamp::now();
         let left = match cfg.wait {
