@@ -197,6 +197,18 @@ impl Tls {
                 "--tls-* options: this build has no TLS support (build with --features tls)",
             ));
         }
+        #[cfg(feature = "tls")]
+        {
+            if let (Some(path), Some(pem)) = (&conn.tls_ca_cert, &tls.ca) {
+                crate::tls_files::check_ca(path, pem).map_err(UsageError)?;
+            }
+            if let (Some(cert), Some(key), Some((cert_pem, key_pem))) =
+                (&conn.tls_cert, &conn.tls_key, &tls.client)
+            {
+                crate::tls_files::check_client((cert, cert_pem), (key, key_pem))
+                    .map_err(UsageError)?;
+            }
+        }
         Ok(tls)
     }
 

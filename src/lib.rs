@@ -4,8 +4,9 @@
 //! - `cli`: the clap definition, nothing else (also feeds completions and the man page).
 //! - `config`: checks the flags and turns them into settings, before anything runs.
 //! - `lease`: the lease clock (CLOCK_BOOTTIME deadlines, drift).
-//! - `lock`: the lock contract, and behind it the protocols (mutex) and topologies (one
-//!   server, a Redlock quorum of masters) that implement it.
+//! - `lock`: the lock contract, and behind it the protocols (mutex, `--limit` semaphore) and
+//!   topologies (one server, a Redlock quorum of masters) that implement it.
+//! - `tls_files`: `--tls-*` certificate files checked before Redis is contacted.
 //! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
 //! - `tree`: the command as its whole process tree, beyond its group and session: a cgroup v2
@@ -32,6 +33,8 @@ pub mod run;
 pub mod signals;
 pub mod sink;
 pub mod status;
+#[cfg(feature = "tls")]
+pub mod tls_files;
 pub mod tree;
 
 use clap::Parser;

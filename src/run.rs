@@ -28,7 +28,7 @@ use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
 use crate::lease::{Lease, Stamp, Standing};
 use crate::lock::{
-    self, Attempt, Holder, HolderInfo, Lock, RedisFailure, Released, Renewal, Token,
+    self, Attempt, Holder, HolderInfo, Lock, RedisFailure, Released, Renewal, Token, Waiter,
 };
 use crate::report::Reporter;
 use crate::signals::Signals;
@@ -39,6 +39,13 @@ const MAX_NAP: Duration = Duration::from_millis(200);
 
 /// With -v, how often a wait that goes on is logged (stderr not a terminal).
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// A waiter's place is kept this long beyond the longest attempt (`--connect-timeout`); waiters
+/// pause at most `backoff::BACKOFF_CAP` (250 ms) between attempts.
+const PLACE_KEPT_BEYOND_AN_ATTEMPT: Duration = Duration::from_secs(1);
+
+/// The least time a waiter's place is kept.
+const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
 
 /// Bound on leaving the waiters' queue when giving up: short, as the run is ending anyway
 /// and the place expires by itself.
@@ -167,7 +174,11 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     let (host, pid) = (hostname(), std::process::id());
     let waits = cfg.wait != Wait::For(Duration::ZERO);
     let holder = HolderInfo {
-        waiter: waits.then(|| format!("{} {host} {pid}", Token::new().as_str())),
+        waiter: waits.then(|| Waiter {
+            id: format!("{} {host} {pid}", Token::new().as_str()),
+            place_kept: (cfg.target.timeout + PLACE_KEPT_BEYOND_AN_ATTEMPT)
+                .max(PLACE_KEPT_AT_LEAST),
+        }),
         host,
         pid,
         command: cfg.command.display.clone(),
@@ -245,6 +256,14 @@ async fn acquire<L: Lock>(
         1 => lock.name().to_owned(),
         n => format!("{} (all {n} permits)", lock.name()),
     };
+    // "All permits taken" is true only when the lock is not free-but-queued.
+    let named = |holder: &Holder| {
+        if holder.free {
+            lock.name()
+        } else {
+            shown_name.as_str()
+        }
+    };
     let mut first = true;
     let mut backoff = Backoff::new(token.seed());
     // Subscribed on the first busy reply when there is time to wait; wakes the next attempt
@@ -295,11 +314,11 @@ async fn acquire<L: Lock>(
             }
             Ok(Attempt::Busy(holder)) => {
                 let Some(left) = left else {
-                    report.busy(busy_message(&shown_name, &holder, cfg.wait));
+                    report.busy(busy_message(named(&holder), &holder, cfg.wait));
                     break Err(Ending::Busy(cfg.conflict_exit_code));
                 };
                 report.waiting(waiting_message(
-                    &shown_name,
+                    named(&holder),
                     &holder,
                     now.since(started),
                     cfg.wait,
@@ -310,7 +329,7 @@ async fn acquire<L: Lock>(
                     None => {
                         report.notice(
                             "waiting",
-                            wait_started_message(&shown_name, &holder, cfg.wait),
+                            wait_started_message(named(&holder), &holder, cfg.wait),
                         );
                         last_logged = Some(now);
                     }

@@ -213,10 +213,21 @@ pub struct HolderInfo {
     pub host: String,
     pub pid: u32,
     pub command: String,
-    /// A run that waits (`--wait` above 0) takes the lock in arrival order: its place in the
-    /// queue is this id, `RANDOM host pid` (random: two waiters never share a place; host and
-    /// pid: `status` shows who is next). `None`: the run does not wait and never queues.
-    pub waiter: Option<String>,
+    /// A run that waits (`--wait` above 0) takes the lock in arrival order, with this place
+    /// in the queue. `None`: the run does not wait and never queues.
+    pub waiter: Option<Waiter>,
+}
+
+/// A waiter's place in the queue of a busy lock.
+#[derive(Debug, Clone)]
+pub struct Waiter {
+    /// `RANDOM host pid`: random, so that two waiters never share a place; host and pid, so
+    /// that `status` shows who is next.
+    pub id: String,
+    /// How long the place is kept after each attempt: longer than the gap between two
+    /// attempts (a pause, plus an attempt that may take up to `--connect-timeout`), so that
+    /// a live waiter never loses it, and short, so that a dead one blocks nobody for long.
+    pub place_kept: Duration,
 }
 
 /// Announcements that the lock was released. A hint only: a missed or late message costs one

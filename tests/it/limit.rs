@@ -340,3 +340,78 @@ fn a_limit_out_of_range_is_a_usage_error() {
     }
     assert_eq!(redis.dbsize(), 0);
 }
+
+/// `--hold-at-least` longer than the lease keeps the permit, but the recorded limit expires
+/// with the old lease: a run with another `--limit` is then let in, and `status` says the
+/// lock never expires.
+#[test]
+fn hold_at_least_keeps_the_recorded_limit_too() {
+    let redis = RedisServer::start();
+    let start = std::time::Instant::now();
+    Wrapper::on(&redis, "k")
+        .args(["--limit", "2", "--ttl", "2s", "--hold-at-least", "60s"])
+        .sh("true")
+        .run()
+        .expect_code(0);
+    // Past the end of the old lease (2 s): the permit is kept for about a minute more, and
+    // the recorded limit with it.
+    wait_until(secs(20), "the old lease is over", || {
+        start.elapsed() > ms(2500)
+    });
+    assert!(
+        redis.exists("{redlock:k}:limit"),
+        "the recorded limit expired"
+    );
+    assert!(redis.pttl("redlock:k") > 0, "the kept permit is gone");
+    let status = Wrapper::new()
+        .args(["status", "--redis", &redis.url(), "--key", "k"])
+        .run();
+    status.expect_code(0);
+    assert!(
+        status.stdout.contains("1 of 2 held"),
+        "status does not list the kept permit: {status}"
+    );
+    // A run with another limit must be refused while a --limit 2 permit is taken.
+    let other = Wrapper::on(&redis, "k")
+        .args(["--limit", "3"])
+        .sh("echo ran")
+        .run();
+    assert_eq!(
+        other.code(),
+        Some(69),
+        "a --limit 3 run joined a --limit 2 lock: {other}"
+    );
+}
+
+/// A `--limit` run on a key that holds somebody else's sorted set (no limit recorded) must
+/// refuse it like the mutex refuses any other type, not delete its members.
+#[test]
+fn a_limit_run_leaves_a_foreign_sorted_set_alone() {
+    let redis = RedisServer::start();
+    redis.cli(&["ZADD", "redlock:board", "10", "alice", "20", "bob"]);
+    let out = Wrapper::on(&redis, "board")
+        .args(["--limit", "2"])
+        .sh("echo ran")
+        .run();
+    assert_eq!(
+        redis.cli_int(&["ZCARD", "redlock:board"]),
+        2,
+        "the sorted set lost members: {out}"
+    );
+    out.expect_code(69);
+}
+
+/// The semaphore's acquire checks its companions before its first write, like the mutex's:
+/// otherwise a failing HSET leaves the lock key behind without a TTL.
+#[test]
+fn a_failed_limit_acquire_leaves_no_key_without_a_ttl() {
+    let redis = RedisServer::start();
+    redis.cli(&["SET", "{redlock:h}:holders", "junk", "EX", "600"]);
+    Wrapper::on(&redis, "h")
+        .args(["--limit", "2", "--ttl", "5s"])
+        .sh("echo ran")
+        .run()
+        .expect_code(69);
+    let pttl = redis.pttl("redlock:h");
+    assert!(pttl != -1, "redlock:h was left without a TTL");
+}

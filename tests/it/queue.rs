@@ -159,3 +159,32 @@ fn status_shows_the_queue() {
     h.wait(secs(30)).expect_code(0);
     w.wait(secs(30)).expect_code(0);
 }
+
+/// A waiter that is SIGKILLed keeps its place for its whole --ttl: a free lock is refused to
+/// everybody else meanwhile.
+#[test]
+fn a_killed_waiter_with_a_long_ttl_does_not_block_a_free_lock() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut h = Wrapper::on(&redis, "q")
+        .sh("touch held; i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done")
+        .current_dir(dir.path())
+        .spawn();
+    h.wait_for_file(&dir.path().join("held"), secs(20));
+    let w = Wrapper::on(&redis, "q")
+        .args(["--wait", "forever", "--ttl", "10m"])
+        .sh("true")
+        .spawn();
+    wait_until(secs(20), "the waiter queued", || {
+        redis.cli_int(&["ZCARD", "{redlock:q}:queue"]) == 1
+    });
+    w.signal(Signal::SIGKILL);
+    fs::write(dir.path().join("go"), "").unwrap();
+    h.wait(secs(30)).expect_code(0);
+    // The lock is free; the dead waiter should stop counting within a few seconds, not 10 min.
+    Wrapper::on(&redis, "q")
+        .args(["--wait", "20s"])
+        .sh("true")
+        .run()
+        .expect_code(0);
+}

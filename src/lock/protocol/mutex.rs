@@ -25,10 +25,6 @@ static RELEASE: Lua = Lua::new(include_str!("scripts/release.lua"));
 static CANCEL: Lua = Lua::new(include_str!("scripts/cancel.lua"));
 static LEAVE: Lua = Lua::new(include_str!("scripts/leave.lua"));
 
-/// The least time a waiter's place in the queue is kept without a new attempt. Waiters ask
-/// at least every 250 ms (`backoff::BACKOFF_CAP`); a place lasts one `--ttl`, but never less
-/// than this, so that a short ttl does not send a waiter to the back between two attempts.
-const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
 static RAISE_FENCE: Lua = Lua::new(include_str!("scripts/raise_fence.lua"));
 
 /// How long a cancelled acquire attempt is remembered: far longer than a request can linger
@@ -127,7 +123,7 @@ impl Mutex {
 }
 
 /// The arguments both acquire scripts take first: token, ttl ms, fence counter ttl ms, host,
-/// pid, command, waiter id ('' for a run that does not wait), how long a place is kept.
+/// pid, command, waiter id ('' for a run that does not wait), how long its place is kept (ms).
 pub(super) fn acquire_args(token: &str, ttl: Duration, holder: &HolderInfo) -> Vec<String> {
     vec![
         token.to_owned(),
@@ -136,8 +132,15 @@ pub(super) fn acquire_args(token: &str, ttl: Duration, holder: &HolderInfo) -> V
         holder.host.clone(),
         holder.pid.to_string(),
         holder.command.clone(),
-        holder.waiter.clone().unwrap_or_default(),
-        millis(ttl.max(PLACE_KEPT_AT_LEAST)).to_string(),
+        holder
+            .waiter
+            .as_ref()
+            .map_or(String::new(), |w| w.id.clone()),
+        holder
+            .waiter
+            .as_ref()
+            .map_or(0, |w| millis(w.place_kept))
+            .to_string(),
     ]
 }
 

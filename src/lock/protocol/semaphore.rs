@@ -79,7 +79,11 @@ impl Semaphore {
         ScriptCall::new(
             &RELEASE,
             &[&k.lock, &k.holders, &k.released, &k.limit],
-            vec![token.to_owned(), millis(keep).to_string()],
+            vec![
+                token.to_owned(),
+                millis(keep).to_string(),
+                self.limit.to_string(),
+            ],
         )
     }
 

@@ -52,7 +52,9 @@ pub fn parse(replies: &[Value]) -> Result<Option<Status>, &Value> {
         None => return Ok(None),
     };
     let relevant: &[usize] = match kind.as_str() {
-        "zset" => &[PERMITS, HOLDERS, LIMIT, TIME, FENCE, QUEUE_HEAD, QUEUED],
+        "zset" => &[
+            PERMITS, HOLDERS, LIMIT, TIME, FENCE, QUEUE_HEAD, QUEUED, PTTL,
+        ],
         _ => &[VALUE, PTTL, HOLDER, FENCE, QUEUE_HEAD, QUEUED],
     };
     if let Some(e) = relevant
@@ -151,10 +153,20 @@ fn semaphore(replies: &[Value]) -> Option<Status> {
             ttl_ms: ends - now_ms,
         });
     }
-    let limit = replies
+    let Some(limit) = replies
         .get(LIMIT)
         .and_then(text)
-        .and_then(|l| l.parse().ok());
+        .and_then(|l| l.parse().ok())
+    else {
+        // No limit recorded: a sorted set of somebody else's (the acquire refuses it).
+        return Some(Status {
+            held: true,
+            foreign: true,
+            ttl_ms: int(replies.get(PTTL)).and_then(|t| u64::try_from(t).ok()),
+            ..Status::default()
+        });
+    };
+    let limit = Some(limit);
     Some(Status {
         held: !permits.is_empty(),
         limit,

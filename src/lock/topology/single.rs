@@ -177,7 +177,7 @@ impl Lock for Single {
             let _ = self
                 .server
                 .script(
-                    &self.protocol.leave(waiter),
+                    &self.protocol.leave(&waiter.id),
                     None,
                     "leaving the queue",
                     within,

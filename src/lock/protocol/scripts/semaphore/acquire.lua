@@ -31,8 +31,20 @@ local bad_queue = check_queue_keys(queue, expiry)
 if bad_queue then
   return bad_queue
 end
+for key, want in pairs({[holders] = 'hash', [limit_key] = 'string'}) do
+  local k = redis.call('TYPE', key).ok
+  if k ~= 'none' and k ~= want then
+    return redis.error_reply('WRONGTYPE the key ' .. key .. ' holds a ' .. k .. ', not a ' .. want)
+  end
+end
+-- The limit lives exactly as long as the holders (every script that extends a lease extends
+-- it too): a sorted set without one is somebody else's, not to be touched.
 local recorded = redis.call('GET', limit_key)
-if kind == 'zset' and recorded and tonumber(recorded) ~= limit then
+if kind == 'zset' and not recorded then
+  return redis.error_reply('WRONGTYPE the lock key ' .. lock ..
+    ' holds a sorted set that is not a redlock-run --limit lock; refusing to touch it')
+end
+if kind == 'zset' and tonumber(recorded) ~= limit then
   return redis.error_reply('WRONGTYPE the lock ' .. lock .. ' is used with --limit ' ..
     recorded .. ', not ' .. ARGV[9] .. '; use the same --limit as its other users')
 end
