@@ -50,6 +50,8 @@ pub struct Target {
 pub enum Endpoint {
     /// One server: `redis://`, `rediss://`, `valkey://`, `valkeys://`, `unix://`.
     Single(redis::ConnectionInfo),
+    /// A master named by sentinels: `redis+sentinel://`, `rediss+sentinel://`.
+    Sentinel(crate::sentinel_url::SentinelSpec),
 }
 
 impl Endpoint {
@@ -57,6 +59,7 @@ impl Endpoint {
     pub fn uses_tls(&self) -> bool {
         match self {
             Endpoint::Single(info) => is_tls(info),
+            Endpoint::Sentinel(spec) => spec.tls,
         }
     }
 }
@@ -196,6 +199,7 @@ impl Target {
             let password = read_password(path)?;
             endpoint = match endpoint {
                 Endpoint::Single(info) => Endpoint::Single(with_password(info, &password)),
+                Endpoint::Sentinel(spec) => Endpoint::Sentinel(spec.with_password(&password)),
             };
         }
         let tls = Tls::from_args(conn)?;

@@ -202,6 +202,7 @@ impl ReleaseNotices {
 /// Every backend. The supervisor is generic over [`Lock`] and gets one of these from `open`.
 pub enum Backend {
     Single(topology::single::Single),
+    Sentinel(topology::single::Single<topology::sentinel::Sentinel>),
 }
 
 /// Connect to the lock described by `target` within `within`: fails with an
@@ -216,6 +217,9 @@ pub async fn open(
         Endpoint::Single(info) => {
             Backend::Single(topology::single::Single::open(info, target, ack, within).await?)
         }
+        Endpoint::Sentinel(spec) => {
+            Backend::Sentinel(topology::sentinel::open(spec, target, ack, within).await?)
+        }
     })
 }
 
@@ -223,6 +227,7 @@ impl Lock for Backend {
     fn name(&self) -> &str {
         match self {
             Backend::Single(b) => b.name(),
+            Backend::Sentinel(b) => b.name(),
         }
     }
 
@@ -235,6 +240,7 @@ impl Lock for Backend {
     ) -> Result<Attempt, RedisFailure> {
         match self {
             Backend::Single(b) => b.try_acquire(token, ttl, holder, within).await,
+            Backend::Sentinel(b) => b.try_acquire(token, ttl, holder, within).await,
         }
     }
 
@@ -246,6 +252,7 @@ impl Lock for Backend {
     ) -> Result<Renewal, RedisFailure> {
         match self {
             Backend::Single(b) => b.renew(token, ttl, within).await,
+            Backend::Sentinel(b) => b.renew(token, ttl, within).await,
         }
     }
 
@@ -257,18 +264,21 @@ impl Lock for Backend {
     ) -> Result<Released, RedisFailure> {
         match self {
             Backend::Single(b) => b.release(token, keep, within).await,
+            Backend::Sentinel(b) => b.release(token, keep, within).await,
         }
     }
 
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
         match self {
             Backend::Single(b) => b.release_notices(within).await,
+            Backend::Sentinel(b) => b.release_notices(within).await,
         }
     }
 
     async fn status(&self) -> Result<Status, RedisFailure> {
         match self {
             Backend::Single(b) => b.status().await,
+            Backend::Sentinel(b) => b.status().await,
         }
     }
 }

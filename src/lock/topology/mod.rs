@@ -3,6 +3,9 @@
 //!
 //! - `server`: one connection to one server, the building block of every backend.
 //! - `single`: the mutex on one Redis server.
+//! - `sentinel`: the same mutex on the master that Redis Sentinel names, found again after
+//!   every failure.
 
+pub mod sentinel;
 pub mod server;
 pub mod single;
