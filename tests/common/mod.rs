@@ -22,6 +22,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod sentinel;
 pub mod tls;
 
 use std::ffi::{OsStr, OsString};

@@ -32,6 +32,9 @@
 //!   every option, its variable and `status`; `--help` shows the usage forms.
 //! - `completion`: the bash completion, run in bash: options of a run and of `status`,
 //!   commands after `--`.
+//! - `sentinel`: `redis+sentinel://`: runs through the sentinels, sentinels partly down, a
+//!   failover while a command runs (no second holder), a restarted old master never used,
+//!   fences across a failover, bad URLs, passwords of data nodes and sentinels.
 //! - `harness`: sanity checks of the harness itself.
 //! - `proxy`: the TCP fault proxy (latency, hold, discard, blackhole, refuse, freeze, reset).
 
@@ -51,6 +54,7 @@ mod proxy;
 mod redis_errors;
 mod replicas;
 mod secrets;
+mod sentinel;
 mod signals;
 mod status;
 mod terminal;
