@@ -189,7 +189,10 @@ impl SentinelSet {
     }
 
     pub fn start_with(options: Options) -> Self {
-        assert!(options.replicas >= 1, "a set needs a replica to fail over to");
+        assert!(
+            options.replicas >= 1,
+            "a set needs a replica to fail over to"
+        );
         let mut data_args = vec!["--repl-diskless-sync-delay", "0"];
         if let Some(pw) = options.data_password {
             // The replicas log in to the master with it, too.
@@ -230,15 +233,20 @@ impl SentinelSet {
                 .contains(&connected)
         });
         for s in &self.sentinels {
-            self.wait(READY, "every sentinel knows the replicas and the others", || {
-                let Some(info) = self.sentinel_cli(s.port, &["SENTINEL", "MASTER", MASTER_NAME])
-                else {
-                    return false;
-                };
-                field(&info, "num-slaves") == Some(replicas.to_string())
-                    && field(&info, "num-other-sentinels") == Some("2".to_owned())
-                    && field(&info, "flags").as_deref() == Some("master")
-            });
+            self.wait(
+                READY,
+                "every sentinel knows the replicas and the others",
+                || {
+                    let Some(info) =
+                        self.sentinel_cli(s.port, &["SENTINEL", "MASTER", MASTER_NAME])
+                    else {
+                        return false;
+                    };
+                    field(&info, "num-slaves") == Some(replicas.to_string())
+                        && field(&info, "num-other-sentinels") == Some("2".to_owned())
+                        && field(&info, "flags").as_deref() == Some("master")
+                },
+            );
         }
     }
 
@@ -249,7 +257,10 @@ impl SentinelSet {
     /// Like `wait_until`, with every log in the panic message.
     pub fn wait(&self, timeout: Duration, what: &str, cond: impl FnMut() -> bool) {
         if !super::poll_until(timeout, cond) {
-            panic!("timed out after {timeout:?} waiting for: {what}\n{}", self.logs());
+            panic!(
+                "timed out after {timeout:?} waiting for: {what}\n{}",
+                self.logs()
+            );
         }
     }
 
@@ -313,9 +324,7 @@ impl SentinelSet {
                 .map(|s| self.named_master(s.port))
                 .collect();
             match named.first() {
-                Some(Some(port))
-                    if *port != old && named.iter().all(|n| *n == Some(*port)) =>
-                {
+                Some(Some(port)) if *port != old && named.iter().all(|n| *n == Some(*port)) => {
                     new = *port;
                     true
                 }

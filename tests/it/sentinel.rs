@@ -44,10 +44,18 @@ fn runs_busy_status_hold_and_a_woken_waiter_through_the_sentinels() {
         .spawn();
     a.child_pid(&dir.path().join("started"), secs(15));
     let master = set.node(set.master_port());
-    assert!(master.exists(KEY), "the lock is on the master\n{}", a.describe());
+    assert!(
+        master.exists(KEY),
+        "the lock is on the master\n{}",
+        a.describe()
+    );
 
     // Busy: 75 without touching the command.
-    let busy = set.wrapper("job").sh("touch b-ran").current_dir(dir.path()).run();
+    let busy = set
+        .wrapper("job")
+        .sh("touch b-ran")
+        .current_dir(dir.path())
+        .run();
     busy.expect_code(75);
     assert!(!dir.path().join("b-ran").exists());
 
@@ -80,7 +88,10 @@ fn runs_busy_status_hold_and_a_woken_waiter_through_the_sentinels() {
         "B ran while A's command ran\n{b_out}"
     );
     // --hold-at-least: B's lock stays after B ended.
-    assert!(master.pttl(KEY) > 0, "B's lock is held on for --hold-at-least");
+    assert!(
+        master.pttl(KEY) > 0,
+        "B's lock is held on for --hold-at-least"
+    );
 }
 
 /// Waits until `run` says it waits for the lock.
@@ -146,7 +157,14 @@ fn a_failover_while_the_command_runs_never_makes_two_holders() {
     let dir = scratch();
     let mut a = set
         .wrapper("job")
-        .args(["--ttl", "4s", "--min-replicas", "1", "--replica-timeout", "300ms"])
+        .args([
+            "--ttl",
+            "4s",
+            "--min-replicas",
+            "1",
+            "--replica-timeout",
+            "300ms",
+        ])
         .sh(&beating("a-beats"))
         .current_dir(dir.path())
         .spawn();
@@ -182,7 +200,10 @@ fn a_failover_while_the_command_runs_never_makes_two_holders() {
     );
     let a_fence: u64 = read_trimmed(&dir.path().join("fence")).parse().unwrap();
     let b_fence: u64 = read_trimmed(&dir.path().join("b-fence")).parse().unwrap();
-    assert!(b_fence > a_fence, "fence {b_fence} after the failover must exceed {a_fence}");
+    assert!(
+        b_fence > a_fence,
+        "fence {b_fence} after the failover must exceed {a_fence}"
+    );
     assert_ne!(new, old);
 }
 
@@ -196,7 +217,14 @@ fn a_restarted_old_master_is_never_used() {
     let dir = scratch();
     let mut a = set
         .wrapper("job")
-        .args(["--ttl", "4s", "--min-replicas", "1", "--replica-timeout", "300ms"])
+        .args([
+            "--ttl",
+            "4s",
+            "--min-replicas",
+            "1",
+            "--replica-timeout",
+            "300ms",
+        ])
         .sh(&beating("a-beats"))
         .current_dir(dir.path())
         .spawn();
@@ -265,11 +293,17 @@ fn the_fence_grows_across_a_failover() {
     set.nodes[old_index].kill();
     let new = set.wait_for_failover(old);
     let second = run(&set, "f2");
-    assert!(second > first, "fence after the failover {second} > {first}");
+    assert!(
+        second > first,
+        "fence after the failover {second} > {first}"
+    );
     // The counter lost (a replica that missed it): the clock floor still wins.
     set.node(new).cli(&["DEL", "{redlock:f}:fence"]);
     let third = run(&set, "f3");
-    assert!(third > second, "fence without its counter {third} > {second}");
+    assert!(
+        third > second,
+        "fence without its counter {third} > {second}"
+    );
 }
 
 #[test]
@@ -279,7 +313,10 @@ fn bad_sentinel_urls_are_usage_errors_without_secrets() {
         ("redis+sentinel://:Zq9Xw7Jm@/mymaster", "no sentinel hosts"),
         ("redis+sentinel://:Zq9Xw7Jm@127.0.0.1:1", "no master name"),
         ("redis-sentinel://:Zq9Xw7Jm@127.0.0.1:70000/m", "bad port"),
-        ("REDIS+SENTINEL://:Zq9Xw7Jm@127.0.0.1/m/x", "database must be a number"),
+        (
+            "REDIS+SENTINEL://:Zq9Xw7Jm@127.0.0.1/m/x",
+            "database must be a number",
+        ),
         (
             "redis+sentinel://127.0.0.1/m?sentinel_password=Zq9Xw7Jm&bogus=1",
             "unknown parameter 'bogus'",
@@ -369,4 +406,50 @@ fn passwords_for_data_nodes_and_sentinels_work_and_never_show() {
     }
     // The sentinels themselves refuse a client without the password.
     assert!(cli_at(ports[0], None, &["SENTINEL", "MASTERS"]).is_none());
+}
+
+/// A manual failover leaves the old master up, and still a master for seconds, but its
+/// replicas move to the new one: the holder's renewals there get too few acknowledgements
+/// (later READONLY, once it is demoted), so it asks the sentinels again and renews on the new
+/// master (the key was acknowledged by a replica), and the command goes on.
+#[test]
+fn a_demoted_master_sends_the_renewal_to_the_new_one() {
+    let set = SentinelSet::start(2);
+    let dir = scratch();
+    let mut a = set
+        .wrapper("job")
+        .args([
+            "--ttl",
+            "6s",
+            "--min-replicas",
+            "1",
+            "--replica-timeout",
+            "300ms",
+        ])
+        .sh(&beating("a-beats"))
+        .current_dir(dir.path())
+        .spawn();
+    a.child_pid(&dir.path().join("started"), secs(15));
+    let old = set.master_port();
+    assert_eq!(
+        cli_at(
+            set.sentinels[0].port(),
+            None,
+            &["SENTINEL", "FAILOVER", MASTER_NAME]
+        )
+        .as_deref(),
+        Some("OK")
+    );
+    let new = set.wait_for_failover(old);
+    // A renewal on the new master puts its TTL back up.
+    let mut last = set.node(new).pttl(KEY);
+    a.wait_until(secs(15), "a renewal on the new master", || {
+        let now = set.node(new).pttl(KEY);
+        let renewed = now > last;
+        last = now;
+        renewed
+    });
+    assert!(a.is_running(), "{}", a.describe());
+    fs::write(dir.path().join("go"), "").unwrap();
+    a.wait(secs(15)).expect_code(0);
 }

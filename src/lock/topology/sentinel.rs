@@ -14,7 +14,9 @@
 //!   empty, which says `ROLE master` and takes writes for seconds before the sentinels
 //!   demote it; a lock taken there would be a second holder. `READONLY` is reported as a
 //!   transient failure, so that a renewal or a waiting acquire tries again (on the new
-//!   master) instead of giving up.
+//!   master) instead of giving up. With `--min-replicas`, too few acknowledgements drop the
+//!   server too: after a failover the old master, still up, keeps taking writes for seconds
+//!   until the sentinels demote it, but its replicas have already left it.
 //! - **Bounded.** The discovery (every sentinel asked, the ROLE check) is part of the call
 //!   and ends within the call's bound, like the connection set-up of a single server.
 //! - **Release notices** subscribe on the master of the moment. After a failover the
@@ -304,7 +306,14 @@ impl Node for Sentinel {
         let deadline = deadline_in(within);
         let server = self.after(self.master(deadline).await)?;
         let left = deadline.saturating_duration_since(Instant::now());
-        self.after(server.script(call, ack, what, left).await)
+        let reply = self.after(server.script(call, ack, what, left).await)?;
+        if ack.is_some_and(|a| reply.acked.unwrap_or(0) < a.replicas) {
+            // Too few replicas: this master may have lost them to a failover (the sentinels
+            // moved them to a new master while this one still takes writes). `Single`
+            // refuses the write; the next call asks the sentinels again.
+            self.master.borrow_mut().take();
+        }
+        Ok(reply)
     }
 
     async fn eval(
