@@ -154,7 +154,7 @@ pub struct ConnArgs {
     pub key: Option<String>,
 
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://,
-    /// unix:///path.
+    /// unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db].
     #[arg(
         short,
         long,

@@ -71,14 +71,6 @@ pub struct Sentinel {
     first: Cell<usize>,
 }
 
-/// What one sentinel said about the master.
-enum Answer {
-    /// A master at this address, which said ROLE master.
-    Master(Server),
-    /// Why this sentinel gave no usable master.
-    Failed(RedisFailure),
-}
-
 impl Sentinel {
     /// The master in use, or a new one from the sentinels, by `deadline`.
     async fn master(&self, deadline: Instant) -> Result<Rc<Server>, RedisFailure> {
@@ -107,60 +99,53 @@ impl Sentinel {
                 tokio::time::timeout_at(share_end, self.ask(host, *port, &mut tried, share_end))
                     .await
                     .unwrap_or_else(|_| {
-                        Answer::Failed(unreachable(
+                        Err(unreachable(
                             &format!("sentinel {}", addr(host, *port)),
                             "no answer in time",
                         ))
                     });
             match answer {
-                Answer::Master(server) => {
+                Ok(server) => {
                     self.first.set(index);
                     return Ok(server);
                 }
-                Answer::Failed(failure) => failures.push(failure),
+                Err(failure) => failures.push(failure),
             }
         }
         Err(self.no_master(failures))
     }
 
-    /// Ask the sentinel at `host:port` for the master, and check what it names.
+    /// Ask the sentinel at `host:port` for the master, and check what it names: a server
+    /// that said ROLE master, or why this sentinel gave none.
     async fn ask(
         &self,
         host: &str,
         port: u16,
         tried: &mut Vec<(String, u16)>,
         until: Instant,
-    ) -> Answer {
+    ) -> Result<Server, RedisFailure> {
         let sentinel = format!("sentinel {}", addr(host, port));
-        let named = match self.ask_sentinel(host, port, until).await {
-            Ok(Some(named)) => named,
-            Ok(None) => {
-                return Answer::Failed(RedisFailure::unexpected(
-                    &sentinel,
-                    format!("does not know a master named '{}'", self.spec.master),
-                ))
-            }
-            Err(e) => return Answer::Failed(e),
+        let Some(named) = self.ask_sentinel(host, port, until).await? else {
+            return Err(RedisFailure::unexpected(
+                &sentinel,
+                format!("does not know a master named '{}'", self.spec.master),
+            ));
         };
         if tried.contains(&named) {
-            return Answer::Failed(unreachable(
+            return Err(unreachable(
                 &sentinel,
                 &format!("names {} again", addr(&named.0, named.1)),
             ));
         }
         tried.push(named.clone());
-        let server = match self.data_node(&named.0, named.1) {
-            Ok(server) => server,
-            Err(e) => return Answer::Failed(e),
-        };
-        match is_master(&server, until).await {
-            Ok(true) => Answer::Master(server),
-            Ok(false) => Answer::Failed(unreachable(
+        let server = self.data_node(&named.0, named.1)?;
+        if !is_master(&server, until).await? {
+            return Err(unreachable(
                 server.shown(),
                 &format!("{sentinel} names it, but it is not a master (ROLE)"),
-            )),
-            Err(e) => Answer::Failed(e),
+            ));
         }
+        Ok(server)
     }
 
     /// `SENTINEL GET-MASTER-ADDR-BY-NAME` on one sentinel: `None` if it knows no such master.
