@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use super::tls::Pki;
 use super::{free_port, redis_server_bin, wait_until, RedisServer, Wrapper, POLL};
 
 /// The name the sentinels monitor the master under.
@@ -34,7 +35,8 @@ pub struct SentinelProc {
 }
 
 impl SentinelProc {
-    fn start(master_port: u16, master_password: Option<&str>, password: Option<&str>) -> Self {
+    fn start(master_port: u16, options: &Options) -> Self {
+        let (master_password, password) = (options.data_password, options.sentinel_password);
         let dir = tempfile::Builder::new()
             .prefix("redlock-test-sentinel-")
             .tempdir()
@@ -55,6 +57,16 @@ impl SentinelProc {
             }
             if let Some(pw) = password {
                 conf.push_str(&format!("requirepass {pw}\n"));
+            }
+            if let Some(pki) = options.tls {
+                // The sentinels reach the data nodes over TLS (their own port stays plain).
+                conf.push_str(&format!(
+                    "tls-replication yes\ntls-cert-file {}\ntls-key-file {}\n\
+                     tls-ca-cert-file {}\n",
+                    pki.path("server.crt").display(),
+                    pki.path("server.key").display(),
+                    pki.ca().display()
+                ));
             }
             let conf_path = dir.path().join("sentinel.conf");
             fs::write(&conf_path, conf).expect("write sentinel.conf");
@@ -169,12 +181,17 @@ pub struct Options<'a> {
     pub data_password: Option<&'a str>,
     /// `requirepass` of every sentinel.
     pub sentinel_password: Option<&'a str>,
+    /// Data nodes that also listen with TLS (certificates from this PKI), replicate over it,
+    /// and are monitored by the sentinels on their TLS ports: what the sentinels name.
+    pub tls: Option<&'a Pki>,
 }
 
 /// A master, its replicas and three sentinels.
 pub struct SentinelSet {
     /// The data nodes; `nodes[0]` is the first master.
     pub nodes: Vec<RedisServer>,
+    /// The port of each node that the sentinels know: its TLS port with `Options::tls`.
+    ports: Vec<u16>,
     pub sentinels: Vec<SentinelProc>,
     sentinel_password: Option<String>,
 }
@@ -193,30 +210,56 @@ impl SentinelSet {
             options.replicas >= 1,
             "a set needs a replica to fail over to"
         );
-        let mut data_args = vec!["--repl-diskless-sync-delay", "0"];
+        let mut data_args: Vec<String> = vec!["--repl-diskless-sync-delay".into(), "0".into()];
         if let Some(pw) = options.data_password {
             // The replicas log in to the master with it, too.
-            data_args.extend(["--requirepass", pw, "--masterauth", pw]);
+            for a in ["--requirepass", pw, "--masterauth", pw] {
+                data_args.push(a.into());
+            }
         }
-        let master = RedisServer::start_with(&data_args);
-        let master_port = master.port().to_string();
-        let mut nodes = vec![master];
-        for _ in 0..options.replicas {
+        let start_node = |replica_of: Option<u16>| {
             let mut args = data_args.clone();
-            args.extend(["--replicaof", "127.0.0.1", &master_port]);
-            nodes.push(RedisServer::start_with(&args));
+            let tls_port = options.tls.map(|pki| {
+                let port = free_port();
+                let path = |f: &str| pki.path(f).to_string_lossy().into_owned();
+                args.extend([
+                    "--tls-port".into(),
+                    port.to_string(),
+                    "--tls-cert-file".into(),
+                    path("server.crt"),
+                    "--tls-key-file".into(),
+                    path("server.key"),
+                    "--tls-ca-cert-file".into(),
+                    path("ca.crt"),
+                    "--tls-auth-clients".into(),
+                    "no".into(),
+                    "--tls-replication".into(),
+                    "yes".into(),
+                ]);
+                port
+            });
+            if let Some(port) = replica_of {
+                args.extend(["--replicaof".into(), "127.0.0.1".into(), port.to_string()]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let node = RedisServer::start_with(&args);
+            let port = tls_port.unwrap_or(node.port());
+            (node, port)
+        };
+        let (master, master_port) = start_node(None);
+        let mut nodes = vec![master];
+        let mut ports = vec![master_port];
+        for _ in 0..options.replicas {
+            let (node, port) = start_node(Some(master_port));
+            nodes.push(node);
+            ports.push(port);
         }
         let sentinels = (0..3)
-            .map(|_| {
-                SentinelProc::start(
-                    nodes[0].port(),
-                    options.data_password,
-                    options.sentinel_password,
-                )
-            })
+            .map(|_| SentinelProc::start(master_port, &options))
             .collect();
         let set = SentinelSet {
             nodes,
+            ports,
             sentinels,
             sentinel_password: options.sentinel_password.map(str::to_owned),
         };
@@ -304,11 +347,17 @@ impl SentinelSet {
         reply.lines().nth(1)?.trim().parse().ok()
     }
 
-    /// The data node listening on `port`.
+    /// The data node the sentinels know at `port`.
     pub fn node(&self, port: u16) -> &RedisServer {
-        self.nodes
+        let i = self.index(port);
+        &self.nodes[i]
+    }
+
+    /// The index in `nodes` of the node the sentinels know at `port`.
+    pub fn index(&self, port: u16) -> usize {
+        self.ports
             .iter()
-            .find(|n| n.port() == port)
+            .position(|p| *p == port)
             .unwrap_or_else(|| panic!("no data node on port {port}"))
     }
 

@@ -34,7 +34,8 @@
 //!   commands after `--`.
 //! - `sentinel`: `redis+sentinel://`: runs through the sentinels, sentinels partly down, a
 //!   failover while a command runs (no second holder), a restarted old master never used,
-//!   fences across a failover, bad URLs, passwords of data nodes and sentinels.
+//!   a demoted master, fences across a failover, bad URLs, passwords of data nodes and
+//!   sentinels, `rediss+sentinel://` (TLS to the data nodes; Redis 7.0 only).
 //! - `harness`: sanity checks of the harness itself.
 //! - `proxy`: the TCP fault proxy (latency, hold, discard, blackhole, refuse, freeze, reset).
 

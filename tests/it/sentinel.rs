@@ -170,7 +170,7 @@ fn a_failover_while_the_command_runs_never_makes_two_holders() {
         .spawn();
     a.child_pid(&dir.path().join("started"), secs(15));
     let old = set.master_port();
-    let old_index = set.nodes.iter().position(|n| n.port() == old).unwrap();
+    let old_index = set.index(old);
     set.nodes[old_index].kill();
     let new = set.wait_for_failover(old);
 
@@ -244,7 +244,7 @@ fn a_restarted_old_master_is_never_used() {
         .spawn();
     wait_for_waiting(&b);
 
-    let old_index = set.nodes.iter().position(|n| n.port() == old).unwrap();
+    let old_index = set.index(old);
     set.nodes[old_index].kill();
     set.wait_for_failover(old);
     set.nodes[old_index].restart();
@@ -289,7 +289,7 @@ fn the_fence_grows_across_a_failover() {
     };
     let first = run(&set, "f1");
     let old = set.master_port();
-    let old_index = set.nodes.iter().position(|n| n.port() == old).unwrap();
+    let old_index = set.index(old);
     set.nodes[old_index].kill();
     let new = set.wait_for_failover(old);
     let second = run(&set, "f2");
@@ -347,6 +347,7 @@ fn passwords_for_data_nodes_and_sentinels_work_and_never_show() {
         replicas: 1,
         data_password: Some("Dq7Pw3Xk"),
         sentinel_password: Some("Sq5Lm8Rv"),
+        tls: None,
     });
     let dir = scratch();
     let ports: Vec<u16> = set.sentinels.iter().map(|s| s.port()).collect();
@@ -452,4 +453,55 @@ fn a_demoted_master_sends_the_renewal_to_the_new_one() {
     assert!(a.is_running(), "{}", a.describe());
     fs::write(dir.path().join("go"), "").unwrap();
     a.wait(secs(15)).expect_code(0);
+}
+
+/// `rediss+sentinel://`: TLS to the data nodes that the sentinels name (their TLS ports),
+/// checked against `--tls-ca-cert`; without it the certificate is refused (69).
+#[test]
+fn rediss_sentinel_uses_tls_to_the_master() {
+    let pki = crate::common::tls::Pki::new();
+    // Only the Redis 7.0 build here has TLS; the probe says SKIPPED on the others.
+    if crate::common::tls::TlsServer::start(&pki, false).is_none() {
+        return;
+    }
+    let set = SentinelSet::start_with(sentinel::Options {
+        replicas: 1,
+        tls: Some(&pki),
+        ..sentinel::Options::default()
+    });
+    let dir = scratch();
+    let url = set.url().replace("redis+sentinel://", "rediss+sentinel://");
+    let out = Wrapper::new()
+        .args(["--redis", &url, "--key", "job", "--hold-at-least", "30s"])
+        .arg("--tls-ca-cert")
+        .arg(pki.ca())
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(0);
+    assert!(dir.path().join("ran").exists());
+    assert!(set.nodes[0].exists(KEY), "the lock is on the master\n{out}");
+
+    let out = Wrapper::new()
+        .args(["--redis", &url, "--key", "other"])
+        .sh("touch ran-2")
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    assert!(!dir.path().join("ran-2").exists());
+    // Plain text to a TLS port gets nowhere either.
+    let out = Wrapper::new()
+        .args([
+            "--redis",
+            &set.url(),
+            "--key",
+            "other",
+            "--connect-timeout",
+            "2s",
+        ])
+        .sh("touch ran-3")
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    assert!(!dir.path().join("ran-3").exists());
 }
