@@ -505,3 +505,43 @@ fn rediss_sentinel_uses_tls_to_the_master() {
     out.expect_code(69);
     assert!(!dir.path().join("ran-3").exists());
 }
+
+/// Without `--min-replicas` nothing fails on the old master after a manual failover: it stays
+/// up and takes renewals until the sentinels demote it (seconds later). The holder asks the
+/// sentinels again every second, so its renewals move to the new master before the lock
+/// expires there, and the command goes on.
+#[test]
+fn renewals_follow_a_manual_failover_without_min_replicas() {
+    let set = SentinelSet::start(1);
+    let dir = scratch();
+    let mut a = set
+        .wrapper("job")
+        .args(["--ttl", "2s"])
+        .sh(&beating("a-beats"))
+        .current_dir(dir.path())
+        .spawn();
+    a.child_pid(&dir.path().join("started"), secs(15));
+    let old = set.master_port();
+    assert_eq!(
+        cli_at(
+            set.sentinels[0].port(),
+            None,
+            &["SENTINEL", "FAILOVER", MASTER_NAME]
+        )
+        .as_deref(),
+        Some("OK")
+    );
+    let new = set.wait_for_failover(old);
+    let mut last = set.node(new).pttl(KEY);
+    a.wait_until(secs(15), "a renewal on the new master", || {
+        let now = set.node(new).pttl(KEY);
+        let renewed = now > last;
+        last = now;
+        renewed
+    });
+    // Renewed there for a while (several ttls).
+    std::thread::sleep(ms(3000));
+    assert!(a.is_running(), "{}", a.describe());
+    fs::write(dir.path().join("go"), "").unwrap();
+    a.wait(secs(15)).expect_code(0);
+}

@@ -17,6 +17,12 @@
 //!   master) instead of giving up. With `--min-replicas`, too few acknowledgements drop the
 //!   server too: after a failover the old master, still up, keeps taking writes for seconds
 //!   until the sentinels demote it, but its replicas have already left it.
+//! - **Asked again every second.** Before a call on a master named more than a second ago,
+//!   the sentinels are asked (within a quarter of the call's bound) whether they still name
+//!   it; if they name another, that one is used. An old master that stays up through a
+//!   failover (a manual one, a partition) keeps taking writes until the sentinels demote
+//!   it, and renewals sent there would let the lock expire on the new master. A check that
+//!   gets no answer keeps the master.
 //! - **Bounded.** The discovery (every sentinel asked, the ROLE check) is part of the call
 //!   and ends within the call's bound, like the connection set-up of a single server.
 //! - **Release notices** subscribe on the master of the moment. After a failover the
@@ -66,24 +72,73 @@ pub struct Sentinel {
     /// The `--redis` URL, redacted.
     shown: String,
     /// The master in use: named by a sentinel, confirmed by ROLE, and not failed since.
-    master: RefCell<Option<Rc<Server>>>,
+    master: RefCell<Option<InUse>>,
     /// The sentinel that answered last, asked first next time.
     first: Cell<usize>,
+}
+
+/// How long a master is used without asking the sentinels whether they still name it
+/// (Redisson's scan interval).
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// The master in use.
+#[derive(Clone)]
+struct InUse {
+    server: Rc<Server>,
+    /// Its address as the sentinels named it.
+    addr: (String, u16),
+    /// When a sentinel last named it.
+    named: Instant,
 }
 
 impl Sentinel {
     /// The master in use, or a new one from the sentinels, by `deadline`.
     async fn master(&self, deadline: Instant) -> Result<Rc<Server>, RedisFailure> {
-        if let Some(server) = self.master.borrow().clone() {
-            return Ok(server);
+        let in_use = self.master.borrow().clone();
+        if let Some(in_use) = in_use {
+            if in_use.named.elapsed() < RECHECK || self.still_named(&in_use, deadline).await {
+                return Ok(in_use.server);
+            }
+            self.master.borrow_mut().take();
         }
-        let server = Rc::new(self.discover(deadline).await?);
-        *self.master.borrow_mut() = Some(server.clone());
+        let (server, addr) = self.discover(deadline).await?;
+        let server = Rc::new(server);
+        *self.master.borrow_mut() = Some(InUse {
+            server: server.clone(),
+            addr,
+            named: Instant::now(),
+        });
         Ok(server)
     }
 
+    /// Whether the sentinels still name `in_use` (also when none answers in a quarter of the
+    /// time left: no news is no reason to leave a master that works). A master that stays
+    /// up through a failover (a manual one, a partition) keeps taking writes until the
+    /// sentinels demote it, seconds later; meanwhile the lock on the new master would
+    /// expire under a holder that renews on the old one.
+    async fn still_named(&self, in_use: &InUse, deadline: Instant) -> bool {
+        let until = deadline_in(deadline.saturating_duration_since(Instant::now()) / 4);
+        let count = self.spec.sentinels.len();
+        for i in 0..count {
+            let (host, port) = &self.spec.sentinels[(self.first.get() + i) % count];
+            let share = until.saturating_duration_since(Instant::now()) / (count - i) as u32;
+            let share_end = deadline_in(share).min(until);
+            let asked = self.ask_sentinel(host, *port, share_end);
+            if let Ok(Ok(Some(named))) = tokio::time::timeout_at(share_end, asked).await {
+                if named != in_use.addr {
+                    return false;
+                }
+                if let Some(in_use) = self.master.borrow_mut().as_mut() {
+                    in_use.named = Instant::now();
+                }
+                return true;
+            }
+        }
+        true
+    }
+
     /// Ask the sentinels in turn until one names a server that says it is the master.
-    async fn discover(&self, deadline: Instant) -> Result<Server, RedisFailure> {
+    async fn discover(&self, deadline: Instant) -> Result<(Server, (String, u16)), RedisFailure> {
         let count = self.spec.sentinels.len();
         let mut failures = Vec::new();
         // Addresses already found wanting in this round: not tried again.
@@ -123,7 +178,7 @@ impl Sentinel {
         port: u16,
         tried: &mut Vec<(String, u16)>,
         until: Instant,
-    ) -> Result<Server, RedisFailure> {
+    ) -> Result<(Server, (String, u16)), RedisFailure> {
         let sentinel = format!("sentinel {}", addr(host, port));
         let Some(named) = self.ask_sentinel(host, port, until).await? else {
             return Err(RedisFailure::unexpected(
@@ -145,7 +200,7 @@ impl Sentinel {
                 &format!("{sentinel} names it, but it is not a master (ROLE)"),
             ));
         }
-        Ok(server)
+        Ok((server, named))
     }
 
     /// `SENTINEL GET-MASTER-ADDR-BY-NAME` on one sentinel: `None` if it knows no such master.
