@@ -154,8 +154,9 @@ pub struct ConnArgs {
     pub key: Option<String>,
 
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://,
-    /// unix:///path. Given 3 or more times (or several URLs separated by spaces in
-    /// REDLOCK_REDIS): Redlock, one lock over independent masters.
+    /// unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db].
+    /// Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS):
+    /// Redlock, one lock over independent masters.
     #[arg(
         short,
         long,

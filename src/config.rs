@@ -59,6 +59,8 @@ pub enum Endpoint {
     Single(redis::ConnectionInfo),
     /// Redlock: `--redis` given 3 or more times, each a plain server.
     Quorum(QuorumNodes),
+    /// A master named by sentinels: `redis+sentinel://`, `rediss+sentinel://`.
+    Sentinel(crate::sentinel_url::SentinelSpec),
 }
 
 /// Redlock's independent masters, and how many of them must agree.
@@ -139,6 +141,7 @@ impl Endpoint {
             Endpoint::Single(info) => is_tls(info),
             // QuorumNodes::parse refuses a mix.
             Endpoint::Quorum(q) => q.nodes.iter().all(|(info, _)| is_tls(info)),
+            Endpoint::Sentinel(spec) => spec.tls,
         }
     }
 }
@@ -310,6 +313,7 @@ impl Target {
                     }
                     Endpoint::Quorum(q)
                 }
+                Endpoint::Sentinel(spec) => Endpoint::Sentinel(spec.with_password(&password)),
             };
         }
         let tls = Tls::from_args(conn)?;

@@ -8,6 +8,7 @@
 //!   topologies (one server, a Redlock quorum of masters) that implement it.
 //! - `tls_files`: `--tls-*` certificate files checked before Redis is contacted.
 //! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
+//! - `sentinel_url`: the `redis+sentinel://` form of `--redis`.
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
 //! - `tree`: the command as its whole process tree, beyond its group and session: a cgroup v2
 //!   of its own where one can be made, else the subreaper's descendants in /proc.
@@ -30,6 +31,7 @@ pub mod lock;
 pub mod redis_url;
 pub mod report;
 pub mod run;
+pub mod sentinel_url;
 pub mod signals;
 pub mod sink;
 pub mod status;

@@ -10,6 +10,9 @@ use crate::config::Endpoint;
 /// Parse `url` into the servers to use. The error is one line that shows the URL only as
 /// [`redact`] does.
 pub fn parse(url: &str) -> Result<Endpoint, String> {
+    if let Some(sentinel) = crate::sentinel_url::parse(url)? {
+        return Ok(Endpoint::Sentinel(sentinel));
+    }
     parse_server(url).map(Endpoint::Single)
 }
 
@@ -65,23 +68,59 @@ pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
 }
 
 /// `url` with every password replaced by `***`.
+///
+/// An `@` may end the user part or stand in a query value (`?sentinel_password=a@b`), and a
+/// password may hold `?`: what either reading takes for a secret is hidden.
 pub fn redact(url: &str) -> String {
     let (scheme, rest) = match split_scheme(url) {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),
     };
-    let (user, rest) = match rest.rfind('@') {
+    let mut hidden = vec![false; rest.len()];
+    let mut hide = |from: usize, to: usize| hidden[from..to].iter_mut().for_each(|h| *h = true);
+    // Reading 1: the user part runs up to the last `@`, the query follows the host.
+    let after_user = match rest.rfind('@') {
         Some(at) => {
-            let userinfo = &rest[..at];
-            let user = match userinfo.split_once(':') {
-                Some((name, _)) => format!("{name}:***@"),
-                None => format!("{userinfo}@"),
-            };
-            (user, &rest[at + 1..])
+            if let Some(colon) = rest[..at].find(':') {
+                hide(colon + 1, at);
+            }
+            at + 1
         }
-        None => (String::new(), rest),
+        None => 0,
     };
-    format!("{scheme}{user}{}", redact_query(rest))
+    if let Some(q) = rest[after_user..].find('?') {
+        query_secrets(rest, after_user + q + 1, &mut hide);
+    }
+    // Reading 2: the query starts at the first `?`.
+    if let Some(q) = rest.find('?') {
+        query_secrets(rest, q + 1, &mut hide);
+    }
+    let mut shown = scheme;
+    let mut in_secret = false;
+    for (i, c) in rest.char_indices() {
+        match (hidden[i], in_secret) {
+            (true, false) => shown.push_str("***"),
+            (true, true) => {}
+            (false, _) => shown.push(c),
+        }
+        in_secret = hidden[i];
+    }
+    shown
+}
+
+/// Hide the values of the query parameters, from byte `start` of `rest`, whose name speaks
+/// of a password.
+fn query_secrets(rest: &str, start: usize, hide: &mut impl FnMut(usize, usize)) {
+    let mut at = start;
+    for param in rest[start..].split('&') {
+        if let Some((name, value)) = param.split_once('=') {
+            if name.to_ascii_lowercase().contains("pass") && !value.is_empty() {
+                let from = at + name.len() + 1;
+                hide(from, from + value.len());
+            }
+        }
+        at += param.len() + 1;
+    }
 }
 
 /// `scheme://rest`, when what comes before `://` is a scheme (RFC 3986: a letter, then
@@ -92,23 +131,6 @@ fn split_scheme(url: &str) -> Option<(&str, &str)> {
     let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
         && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
     valid.then_some((scheme, rest))
-}
-
-/// Hide the values of query parameters whose name speaks of a password.
-fn redact_query(rest: &str) -> String {
-    let Some((before, query)) = rest.split_once('?') else {
-        return rest.to_owned();
-    };
-    let params: Vec<String> = query
-        .split('&')
-        .map(|param| match param.split_once('=') {
-            Some((name, _)) if name.to_ascii_lowercase().contains("pass") => {
-                format!("{name}=***")
-            }
-            _ => param.to_owned(),
-        })
-        .collect();
-    format!("{before}?{}", params.join("&"))
 }
 
 /// `text` with anything that could be a piece of `url`'s password removed: a last line of
@@ -148,6 +170,20 @@ mod tests {
         assert_eq!(
             redact("redis+sentinel://s1/m?sentinel_password=x&db=1"),
             "redis+sentinel://s1/m?sentinel_password=***&db=1"
+        );
+        // An `@` in a query value, or a password with `?` in it: nothing of either shows.
+        assert_eq!(
+            redact("redis+sentinel://h/m?sentinel_password=p@ss&x=1"),
+            "redis+sentinel://h/m?sentinel_password=***&x=1"
+        );
+        assert_eq!(
+            redact("redis+sentinel://h/m?sentinel_username=x&sentinel_password=a:b@c"),
+            "redis+sentinel://h/m?sentinel_username=x&sentinel_password=***"
+        );
+        assert_eq!(redact("redis://us?er:pw@h"), "redis://us?er:***@h");
+        assert_eq!(
+            redact("redis+sentinel://u:p@h/m?sentinel_password=a@b"),
+            "redis+sentinel://u:***"
         );
     }
 

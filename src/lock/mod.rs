@@ -259,6 +259,7 @@ impl ReleaseNotices {
 pub enum Backend {
     Single(topology::single::Single),
     Quorum(topology::quorum::Quorum),
+    Sentinel(topology::single::Single<topology::sentinel::Sentinel>),
 }
 
 /// Connect to the lock described by `target` within `within`: fails with an
@@ -276,6 +277,9 @@ pub async fn open(
         Endpoint::Quorum(nodes) => {
             Backend::Quorum(topology::quorum::Quorum::open(nodes, target, within).await?)
         }
+        Endpoint::Sentinel(spec) => {
+            Backend::Sentinel(topology::sentinel::open(spec, target, ack, within).await?)
+        }
     })
 }
 
@@ -284,6 +288,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.name(),
             Backend::Quorum(b) => b.name(),
+            Backend::Sentinel(b) => b.name(),
         }
     }
 
@@ -297,6 +302,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.try_acquire(token, ttl, holder, within).await,
             Backend::Quorum(b) => b.try_acquire(token, ttl, holder, within).await,
+            Backend::Sentinel(b) => b.try_acquire(token, ttl, holder, within).await,
         }
     }
 
@@ -309,6 +315,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.renew(token, ttl, within).await,
             Backend::Quorum(b) => b.renew(token, ttl, within).await,
+            Backend::Sentinel(b) => b.renew(token, ttl, within).await,
         }
     }
 
@@ -321,6 +328,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.release(token, keep, within).await,
             Backend::Quorum(b) => b.release(token, keep, within).await,
+            Backend::Sentinel(b) => b.release(token, keep, within).await,
         }
     }
 
@@ -328,6 +336,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.release_notices(within).await,
             Backend::Quorum(b) => b.release_notices(within).await,
+            Backend::Sentinel(b) => b.release_notices(within).await,
         }
     }
 
@@ -335,6 +344,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.status().await,
             Backend::Quorum(b) => b.status().await,
+            Backend::Sentinel(b) => b.status().await,
         }
     }
 
@@ -342,6 +352,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.leave_queue(holder, within).await,
             Backend::Quorum(b) => b.leave_queue(holder, within).await,
+            Backend::Sentinel(b) => b.leave_queue(holder, within).await,
         }
     }
 }

@@ -23,6 +23,7 @@
 
 pub mod proxy;
 pub mod quorum;
+pub mod sentinel;
 pub mod tls;
 
 use std::ffi::{OsStr, OsString};

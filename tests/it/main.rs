@@ -36,6 +36,10 @@
 //!   every option, its variable and `status`; `--help` shows the usage forms.
 //! - `completion`: the bash completion, run in bash: options of a run and of `status`,
 //!   commands after `--`.
+//! - `sentinel`: `redis+sentinel://`: runs through the sentinels, sentinels partly down, a
+//!   failover while a command runs (no second holder), a restarted old master never used,
+//!   a demoted master, fences across a failover, bad URLs, passwords of data nodes and
+//!   sentinels, `rediss+sentinel://` (TLS to the data nodes; Redis 7.0 only).
 //! - `harness`: sanity checks of the harness itself.
 //! - `quorum`: Redlock over N masters: a node down, frozen or restarted empty, no quorum
 //!   (exit 69, nothing left), the fence write-back against a counter far ahead, busy,
@@ -61,6 +65,7 @@ mod quorum;
 mod redis_errors;
 mod replicas;
 mod secrets;
+mod sentinel;
 mod signals;
 mod status;
 mod terminal;

@@ -5,7 +5,10 @@
 //! - `single`: the mutex on one Redis server.
 //! - `quorum`: Redlock, the mutex on N independent masters with a quorum and a fence that
 //!   only grows.
+//! - `sentinel`: the same mutex on the master that Redis Sentinel names, found again after
+//!   every failure.
 
 pub mod quorum;
+pub mod sentinel;
 pub mod server;
 pub mod single;

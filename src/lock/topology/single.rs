@@ -11,14 +11,17 @@
 //! - bounded: acquire attempts within the bound the supervisor gives (a quarter of it kept
 //!   for the take-back), release and status within the connect timeout, renewals within the
 //!   lease; plus the replica timeout with `--min-replicas`.
+//!
+//! The server underneath is a [`Node`]: one fixed [`Server`] here, a master found through
+//! sentinels in `sentinel.rs`, which keeps this same mutex logic.
 
 use std::time::Duration;
 
-use super::server::{first_error, Server};
+use super::server::{first_error, ScriptReply, Server};
 use crate::config::Target;
 use crate::lease::Stamp;
 use crate::lock::protocol::mutex::{self, AcquireReply};
-use crate::lock::protocol::{status, Protocol};
+use crate::lock::protocol::{status, Protocol, ScriptCall};
 use crate::lock::{
     Attempt, Grant, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck,
     Status, Token,
@@ -28,8 +31,79 @@ use crate::lock::{
 /// few round trips on a healthy network, a pause not worth the risk of a stuck key.
 const UNDO_AT_LEAST: Duration = Duration::from_millis(50);
 
-pub struct Single {
-    server: Server,
+/// What the mutex needs of the server that holds it: the calls of [`Server`], each within its
+/// bound. A node may change which server it talks to between calls (a failover), never
+/// within one.
+#[allow(async_fn_in_trait)] // used on one thread only, never as `dyn`
+pub trait Node {
+    /// The server, or the way it is found, with any password redacted: for messages.
+    fn shown(&self) -> &str;
+
+    async fn script(
+        &self,
+        call: &ScriptCall,
+        ack: Option<ReplicaAck>,
+        what: &str,
+        within: Duration,
+    ) -> Result<ScriptReply, RedisFailure>;
+
+    async fn eval(
+        &self,
+        call: &ScriptCall,
+        what: &str,
+        within: Duration,
+    ) -> Result<redis::Value, RedisFailure>;
+
+    async fn query(
+        &self,
+        pipe: &redis::Pipeline,
+        what: &str,
+        within: Duration,
+    ) -> Result<Vec<redis::Value>, RedisFailure>;
+
+    async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices>;
+}
+
+impl Node for Server {
+    fn shown(&self) -> &str {
+        Server::shown(self)
+    }
+
+    async fn script(
+        &self,
+        call: &ScriptCall,
+        ack: Option<ReplicaAck>,
+        what: &str,
+        within: Duration,
+    ) -> Result<ScriptReply, RedisFailure> {
+        Server::script(self, call, ack, what, within).await
+    }
+
+    async fn eval(
+        &self,
+        call: &ScriptCall,
+        what: &str,
+        within: Duration,
+    ) -> Result<redis::Value, RedisFailure> {
+        Server::eval(self, call, what, within).await
+    }
+
+    async fn query(
+        &self,
+        pipe: &redis::Pipeline,
+        what: &str,
+        within: Duration,
+    ) -> Result<Vec<redis::Value>, RedisFailure> {
+        Server::query(self, pipe, what, within).await
+    }
+
+    async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices> {
+        Server::subscribe(self, channel, within).await
+    }
+}
+
+pub struct Single<N: Node = Server> {
+    server: N,
     protocol: Protocol,
     ack: Option<ReplicaAck>,
     /// Bound on connecting and on each reply (`--connect-timeout`).
@@ -44,18 +118,35 @@ impl Single {
         ack: Option<ReplicaAck>,
         within: Duration,
     ) -> Result<Single, RedisFailure> {
-        let protocol = Protocol::new(&target.key, target.limit).map_err(|e| {
-            // config.rs refuses such names before Redis is contacted; this is a backstop.
-            RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
-        })?;
+        let protocol = protocol_for(target)?;
         let server = Server::new(info, &target.tls, &target.redis_shown)?;
         server.connect(within).await?;
-        Ok(Single {
+        Ok(Single::on(server, protocol, ack, target))
+    }
+}
+
+/// The protocol (mutex or `--limit` semaphore) of `target`'s lock.
+pub fn protocol_for(target: &Target) -> Result<Protocol, RedisFailure> {
+    Protocol::new(&target.key, target.limit).map_err(|e| {
+        // config.rs refuses such names before Redis is contacted; this is a backstop.
+        RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
+    })
+}
+
+impl<N: Node> Single<N> {
+    /// The lock of `target` on `server`, which is ready to use.
+    pub fn on(
+        server: N,
+        protocol: Protocol,
+        ack: Option<ReplicaAck>,
+        target: &Target,
+    ) -> Single<N> {
+        Single {
             server,
             protocol,
             ack,
             timeout: target.timeout,
-        })
+        }
     }
 
     /// Take back a write that may have landed, and cancel the token so that the write cannot
@@ -88,7 +179,7 @@ impl Single {
     }
 }
 
-impl Lock for Single {
+impl<N: Node> Lock for Single<N> {
     fn name(&self) -> &str {
         &self.protocol.keys().lock
     }
