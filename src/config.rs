@@ -47,9 +47,12 @@ pub struct Target {
 
 /// Which servers hold the lock, one variant per topology (see `lock::Backend`).
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per run; boxing would only add noise
 pub enum Endpoint {
     /// One server: `redis://`, `rediss://`, `valkey://`, `valkeys://`, `unix://`.
     Single(redis::ConnectionInfo),
+    /// A Redis Cluster, found through its seed nodes: `redis+cluster://`, `rediss+cluster://`.
+    Cluster(Vec<redis::ConnectionInfo>),
 }
 
 impl Endpoint {
@@ -57,6 +60,7 @@ impl Endpoint {
     pub fn uses_tls(&self) -> bool {
         match self {
             Endpoint::Single(info) => is_tls(info),
+            Endpoint::Cluster(seeds) => seeds.iter().any(is_tls),
         }
     }
 }
@@ -196,6 +200,13 @@ impl Target {
             let password = read_password(path)?;
             endpoint = match endpoint {
                 Endpoint::Single(info) => Endpoint::Single(with_password(info, &password)),
+                // Every node of a cluster takes the same credentials.
+                Endpoint::Cluster(seeds) => Endpoint::Cluster(
+                    seeds
+                        .into_iter()
+                        .map(|info| with_password(info, &password))
+                        .collect(),
+                ),
             };
         }
         let tls = Tls::from_args(conn)?;

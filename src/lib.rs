@@ -7,6 +7,7 @@
 //! - `lock`: the lock contract, and behind it the protocols (mutex) and topologies (one
 //!   server) that implement it.
 //! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
+//! - `cluster_url`: `redis+cluster://` URLs (a Redis Cluster's seed nodes).
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
 //! - `tree`: the command as its whole process tree, beyond its group and session: a cgroup v2
 //!   of its own where one can be made, else the subreaper's descendants in /proc.
@@ -22,6 +23,7 @@
 pub mod backoff;
 pub mod child;
 pub mod cli;
+pub mod cluster_url;
 pub mod config;
 pub mod exit;
 pub mod lease;

@@ -10,6 +10,9 @@ use crate::config::Endpoint;
 /// Parse `url` into the servers to use. The error is one line that shows the URL only as
 /// [`redact`] does.
 pub fn parse(url: &str) -> Result<Endpoint, String> {
+    if let Some(seeds) = crate::cluster_url::parse(url) {
+        return seeds.map(Endpoint::Cluster);
+    }
     parse_server(url).map(Endpoint::Single)
 }
 

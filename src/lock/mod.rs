@@ -6,7 +6,8 @@
 //! - **Topology** (`topology/`): how commands reach servers. `topology/server.rs` is one
 //!   connection to one server (replaced after any timeout; EVALSHA with an EVAL fallback; a
 //!   write and its WAIT in one pipeline); `topology/single.rs` is the first backend: the mutex
-//!   on one server.
+//!   on one server; `topology/cluster.rs` the mutex on a Redis Cluster (the master of the
+//!   lock's slot, followed through MOVED, ASK and failovers).
 //!
 //! `Backend` below names every backend; `open` picks one for a target. Adding a topology means
 //! a file under `topology/`, a variant here and its URL parsing in `config.rs`: the supervisor
@@ -202,6 +203,7 @@ impl ReleaseNotices {
 /// Every backend. The supervisor is generic over [`Lock`] and gets one of these from `open`.
 pub enum Backend {
     Single(topology::single::Single),
+    Cluster(topology::cluster::Cluster),
 }
 
 /// Connect to the lock described by `target` within `within`: fails with an
@@ -216,6 +218,9 @@ pub async fn open(
         Endpoint::Single(info) => {
             Backend::Single(topology::single::Single::open(info, target, ack, within).await?)
         }
+        Endpoint::Cluster(seeds) => {
+            Backend::Cluster(topology::cluster::Cluster::open(seeds, target, ack, within).await?)
+        }
     })
 }
 
@@ -223,6 +228,7 @@ impl Lock for Backend {
     fn name(&self) -> &str {
         match self {
             Backend::Single(b) => b.name(),
+            Backend::Cluster(b) => b.name(),
         }
     }
 
@@ -235,6 +241,7 @@ impl Lock for Backend {
     ) -> Result<Attempt, RedisFailure> {
         match self {
             Backend::Single(b) => b.try_acquire(token, ttl, holder, within).await,
+            Backend::Cluster(b) => b.try_acquire(token, ttl, holder, within).await,
         }
     }
 
@@ -246,6 +253,7 @@ impl Lock for Backend {
     ) -> Result<Renewal, RedisFailure> {
         match self {
             Backend::Single(b) => b.renew(token, ttl, within).await,
+            Backend::Cluster(b) => b.renew(token, ttl, within).await,
         }
     }
 
@@ -257,18 +265,21 @@ impl Lock for Backend {
     ) -> Result<Released, RedisFailure> {
         match self {
             Backend::Single(b) => b.release(token, keep, within).await,
+            Backend::Cluster(b) => b.release(token, keep, within).await,
         }
     }
 
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
         match self {
             Backend::Single(b) => b.release_notices(within).await,
+            Backend::Cluster(b) => b.release_notices(within).await,
         }
     }
 
     async fn status(&self) -> Result<Status, RedisFailure> {
         match self {
             Backend::Single(b) => b.status().await,
+            Backend::Cluster(b) => b.status().await,
         }
     }
 }

@@ -3,6 +3,8 @@
 //!
 //! - `server`: one connection to one server, the building block of every backend.
 //! - `single`: the mutex on one Redis server.
+//! - `cluster`: the mutex on a Redis Cluster (the master of the lock's slot, followed).
 
+pub mod cluster;
 pub mod server;
 pub mod single;
