@@ -11,7 +11,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::{wait_until, RedisServer, Wrapper};
+use super::tls::{Pki, TlsServer};
+use super::{free_port, wait_until, RedisServer, Wrapper};
 
 /// CLUSTER node timeout: a failed master is replaced about two of these later.
 const NODE_TIMEOUT_MS: &str = "1000";
@@ -26,6 +27,8 @@ pub struct Cluster {
     masters: usize,
     /// Which nodes were killed.
     dead: Vec<bool>,
+    /// The TLS port of each node, for a cluster made by `start_tls` (empty otherwise).
+    tls_ports: Vec<u16>,
 }
 
 impl Cluster {
@@ -36,7 +39,54 @@ impl Cluster {
 
     /// As `start`, with extra server arguments for every node.
     pub fn start_with(masters: usize, replicas: usize, extra: &[&str]) -> Cluster {
-        let mut args = vec![
+        let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        Self::start_nodes(masters, replicas, || (extra.clone(), None))
+    }
+
+    /// `masters` masters that also speak TLS, on ports of their own, with `pki`'s server
+    /// certificate (which has an IP SAN for 127.0.0.1: nodes are announced by address), and
+    /// the cluster bus over TLS too (`tls-cluster yes`), which makes the nodes announce their
+    /// TLS ports to TLS clients. `None`, with a SKIPPED line, when the server has no TLS.
+    pub fn start_tls(masters: usize, pki: &Pki) -> Option<Cluster> {
+        // Probe (and say SKIPPED) with a plain TLS server first.
+        drop(TlsServer::start(pki, false)?);
+        let path = |f: &str| pki.path(f).to_string_lossy().into_owned();
+        Some(Self::start_nodes(masters, 0, || {
+            // The bus listens on the TLS port + 10000, which must be a port too.
+            let tls_port = loop {
+                let p = free_port();
+                if p < 55536 {
+                    break p;
+                }
+            };
+            let args = [
+                "--tls-port",
+                &tls_port.to_string(),
+                "--tls-cert-file",
+                &path("server.crt"),
+                "--tls-key-file",
+                &path("server.key"),
+                "--tls-ca-cert-file",
+                &path("ca.crt"),
+                "--tls-auth-clients",
+                "no",
+                "--tls-cluster",
+                "yes",
+            ]
+            .map(String::from)
+            .to_vec();
+            (args, Some(tls_port))
+        }))
+    }
+
+    /// Start the nodes, each with the arguments (and TLS port) `node_args` gives, and form
+    /// the cluster.
+    fn start_nodes(
+        masters: usize,
+        replicas: usize,
+        mut node_args: impl FnMut() -> (Vec<String>, Option<u16>),
+    ) -> Cluster {
+        let base = [
             "--cluster-enabled",
             "yes",
             "--cluster-node-timeout",
@@ -48,13 +98,24 @@ impl Cluster {
             "--repl-diskless-sync-delay",
             "0",
         ];
-        args.extend_from_slice(extra);
         let total = masters * (1 + replicas);
-        let nodes: Vec<RedisServer> = (0..total).map(|_| RedisServer::start_with(&args)).collect();
+        let mut nodes = Vec::new();
+        let mut tls_ports = Vec::new();
+        for _ in 0..total {
+            let (extra, tls_port) = node_args();
+            let args: Vec<&str> = base
+                .iter()
+                .copied()
+                .chain(extra.iter().map(String::as_str))
+                .collect();
+            nodes.push(RedisServer::start_with(&args));
+            tls_ports.extend(tls_port);
+        }
         let cluster = Cluster {
             nodes,
             masters,
             dead: vec![false; total],
+            tls_ports,
         };
         cluster.form();
         cluster
@@ -74,7 +135,13 @@ impl Cluster {
             cmd.extend(slots.iter().map(String::as_str));
             assert_eq!(self.nodes[m].cli(&cmd), "OK");
         }
-        let port0 = self.nodes[0].port().to_string();
+        // With the bus over TLS, a node's bus port is its TLS port + 10000: MEET names that.
+        let port0 = self
+            .tls_ports
+            .first()
+            .copied()
+            .unwrap_or_else(|| self.nodes[0].port())
+            .to_string();
         for node in &self.nodes[1..] {
             assert_eq!(node.cli(&["CLUSTER", "MEET", "127.0.0.1", &port0]), "OK");
         }
@@ -126,6 +193,16 @@ impl Cluster {
             .map(|m| format!("127.0.0.1:{}", self.nodes[m].port()))
             .collect();
         format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// `rediss+cluster://` naming every master's TLS port (a cluster from `start_tls`).
+    pub fn tls_url(&self) -> String {
+        assert!(!self.tls_ports.is_empty(), "not a TLS cluster");
+        let seeds: Vec<String> = self.tls_ports[..self.masters]
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("rediss+cluster://{}", seeds.join(","))
     }
 
     /// `--redis URL --key KEY` for this cluster.

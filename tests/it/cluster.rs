@@ -434,3 +434,34 @@ fn password_file_applies_to_every_node() {
     wrong.expect_stderr_contains("refused authentication");
     assert!(!wrong.stderr.contains("Yv6"), "password shown\n{wrong}");
 }
+
+/// `rediss+cluster://` with `--tls-ca-cert`: the seeds and the master of the slot are all
+/// reached over TLS and checked against the CA (the harness's server certificate has an IP
+/// SAN for 127.0.0.1, as cluster nodes are announced by address); without the CA the
+/// certificate is refused (exit 69). Redis 7.0 only: the other servers have no TLS.
+#[test]
+fn cluster_over_tls() {
+    let pki = crate::common::tls::Pki::new();
+    let Some(cluster) = Cluster::start_tls(3, &pki) else {
+        return;
+    };
+    for (name, owner) in one_name_per_master(&cluster, 3) {
+        let out = Wrapper::new()
+            .args(["--redis", &cluster.tls_url(), "--key", &name])
+            .arg("--tls-ca-cert")
+            .arg(pki.ca())
+            .args(["--hold-at-least", "30s", "--", "true"])
+            .run();
+        out.expect_code(0);
+        assert!(
+            cluster.nodes[owner].exists(&format!("redlock:{name}")),
+            "the lock on its slot's master\n{out}"
+        );
+    }
+    let out = Wrapper::new()
+        .args(["--redis", &cluster.tls_url(), "--key", "no-ca"])
+        .args(["--connect-timeout", "3s", "--", "true"])
+        .run();
+    out.expect_code(69);
+    out.expect_stderr_contains("--tls-ca-cert");
+}
