@@ -9,10 +9,12 @@
 //! `RedisServer` does so itself).
 
 use std::collections::BTreeSet;
+use std::net::TcpListener;
 use std::time::Duration;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::tls::{Pki, TlsServer};
-use super::{free_port, wait_until, RedisServer, Wrapper};
+use super::{wait_until, RedisServer, Wrapper};
 
 /// CLUSTER node timeout: a failed master is replaced about two of these later.
 const NODE_TIMEOUT_MS: &str = "1000";
@@ -52,13 +54,7 @@ impl Cluster {
         drop(TlsServer::start(pki, false)?);
         let path = |f: &str| pki.path(f).to_string_lossy().into_owned();
         Some(Self::start_nodes(masters, 0, || {
-            // The bus listens on the TLS port + 10000, which must be a port too.
-            let tls_port = loop {
-                let p = free_port();
-                if p < 55536 {
-                    break p;
-                }
-            };
+            let tls_port = tls_port_with_bus();
             let args = [
                 "--tls-port",
                 &tls_port.to_string(),
@@ -319,6 +315,24 @@ impl Cluster {
         self.wait_ready("the cluster to agree after the failover");
         promoted.unwrap()
     }
+}
+
+/// A TLS port whose bus port (+ 10000, with `tls-cluster yes`) is free too. Both are taken
+/// below the kernel's ephemeral range (32768 and up), where no outgoing connection's local
+/// port or other test's `free_port` can take them between this check and the server's
+/// start: the server is started with this port on every retry, so it must stay free.
+fn tls_port_with_bus() -> u16 {
+    let free = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    for i in 0..2768u32 {
+        let port = 20000 + ((seed.wrapping_add(i * 7919)) % 2768) as u16;
+        if free(port) && free(port + 10000) {
+            return port;
+        }
+    }
+    panic!("no free port pair in 20000-22767 / 30000-32767");
 }
 
 /// The masters and their slot ranges in a `CLUSTER NODES` listing, by address, without the
