@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_redlock_run_global_optspecs
-    string join \n k/key= r/redis= password-file= prefix= connect-timeout= tls-ca-cert= tls-cert= tls-key= t/ttl= heartbeat= w/wait= E/conflict-exit-code= grace= max-runtime= hold-at-least= min-replicas= replica-timeout= c/command= q/quiet v/verbose log-format= h/help V/version
+    string join \n k/key= r/redis= quorum= password-file= prefix= connect-timeout= tls-ca-cert= tls-cert= tls-key= t/ttl= heartbeat= w/wait= limit= E/conflict-exit-code= grace= max-runtime= hold-at-least= min-replicas= replica-timeout= c/command= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_redlock_run_needs_command
@@ -27,7 +27,8 @@ function __fish_redlock_run_using_subcommand
 end
 
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s k -l key -d 'Lock name; the Redis key is PREFIX + KEY' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path. Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l quorum -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l connect-timeout -d 'Bound on connecting to Redis (the whole start) and on each reply' -r
@@ -36,7 +37,8 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-cert -d 'TL
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-key -d 'TLS: the private key (PEM) of --tls-cert' -r -F
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s t -l ttl -d 'Lease length: a holder that dies frees the lock within it' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l heartbeat -d 'Renewal interval [default: ttl/3]' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'Wait up to DUR for a busy lock: 0 tries once, forever (or inf) has no limit' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'Wait up to DUR for a busy lock, served in arrival order: 0 tries once, forever (or inf) has no limit' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l limit -d 'Let up to N runs hold the lock at once (a counting semaphore); 1 is a mutex' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s E -l conflict-exit-code -d 'Exit code for a busy lock' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l grace -d 'SIGTERM to SIGKILL when the command must stop [default: 10s, at most ttl/3]' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l max-runtime -d 'Stop the command after DUR (SIGTERM, SIGKILL after --grace) and exit 124' -r
@@ -53,7 +55,8 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -s V -l version -d
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "status" -d 'Tell who holds a lock: host, pid, command, age, TTL left, fence'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s k -l key -d 'Lock name; the Redis key is PREFIX + KEY' -r
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path. Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l quorum -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l connect-timeout -d 'Bound on connecting to Redis (the whole start) and on each reply' -r

@@ -154,16 +154,23 @@ pub struct ConnArgs {
     pub key: Option<String>,
 
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://,
-    /// unix:///path.
+    /// unix:///path. Given 3 or more times (or several URLs separated by spaces in
+    /// REDLOCK_REDIS): Redlock, one lock over independent masters.
     #[arg(
         short,
         long,
         env = "REDLOCK_REDIS",
         value_name = "URL",
         default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
+        hide_env_values = true,
+        action = ArgAction::Append
     )]
-    pub redis: String,
+    pub redis: Vec<String>,
+
+    /// Redlock: how many of the --redis masters must grant and renew the lock
+    /// [default: more than half].
+    #[arg(long, env = "REDLOCK_QUORUM", value_name = "Q")]
+    pub quorum: Option<usize>,
 
     /// Read the Redis password from FILE (keeps it out of ps); wins over the URL's.
     #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "FILE")]
@@ -224,10 +231,21 @@ pub struct RunArgs {
           help_heading = "Lease")]
     pub heartbeat: Option<Duration>,
 
-    /// Wait up to DUR for a busy lock: 0 tries once, forever (or inf) has no limit.
+    /// Wait up to DUR for a busy lock, served in arrival order: 0 tries once, forever (or
+    /// inf) has no limit.
     #[arg(short, long, env = "REDLOCK_WAIT", value_name = "DUR|forever", default_value = "0",
           value_parser = parse_wait, help_heading = "Busy lock")]
     pub wait: Wait,
+
+    /// Let up to N runs hold the lock at once (a counting semaphore); 1 is a mutex.
+    #[arg(
+        long,
+        env = "REDLOCK_LIMIT",
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Busy lock"
+    )]
+    pub limit: u32,
 
     /// Exit code for a busy lock.
     #[arg(short = 'E', long, env = "REDLOCK_CONFLICT_EXIT_CODE", value_name = "N",

@@ -20,6 +20,10 @@ const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// 128 KiB; lock names are short in practice, so a clear limit well below that.
 pub const LONGEST_KEY: usize = 4096;
 
+/// The largest --limit: every acquire reads the whole set of holders, so keep it small
+/// enough for one script call; far above any real use ("at most 3 backups at a time").
+const LARGEST_LIMIT: u32 = 1000;
+
 /// The shortest --heartbeat: Redis counts TTLs in whole milliseconds, so renewing more often
 /// only loads the server (a 1ns heartbeat sent over ten thousand renewals a second).
 const SHORTEST_HEARTBEAT: Duration = Duration::from_millis(1);
@@ -43,16 +47,91 @@ pub struct Target {
     pub timeout: Duration,
     /// `--tls-*`: certificates for every TLS connection of this run.
     pub tls: Tls,
+    /// `--limit`: how many may hold the lock at once (1: the mutex).
+    pub limit: u32,
 }
 
 /// Which servers hold the lock, one variant per topology (see `lock::Backend`).
 #[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)] // one per run; boxing would only add noise
+#[allow(clippy::large_enum_variant)] // one per run: its size does not matter
 pub enum Endpoint {
     /// One server: `redis://`, `rediss://`, `valkey://`, `valkeys://`, `unix://`.
     Single(redis::ConnectionInfo),
     /// A Redis Cluster, found through its seed nodes: `redis+cluster://`, `rediss+cluster://`.
     Cluster(Vec<redis::ConnectionInfo>),
+    /// Redlock: `--redis` given 3 or more times, each a plain server.
+    Quorum(QuorumNodes),
+}
+
+/// Redlock's independent masters, and how many of them must agree.
+#[derive(Debug, Clone)]
+pub struct QuorumNodes {
+    /// Each master's connection settings, and its URL with any password hidden.
+    pub nodes: Vec<(redis::ConnectionInfo, String)>,
+    /// Grants (and renewals) needed: more than half of the nodes.
+    pub quorum: usize,
+}
+
+impl QuorumNodes {
+    /// Several `--redis` URLs as a Redlock quorum (`urls.len() >= 2`). Each must be a plain
+    /// server URL, given once; `quorum` defaults to a majority and may not be less.
+    fn parse(urls: &[String], quorum: Option<usize>) -> Result<QuorumNodes, UsageError> {
+        let n = urls.len();
+        if n < 3 {
+            return Err(usage(format!(
+                "{n} --redis URLs given: Redlock needs at least 3 independent masters (one \
+                 --redis is a single server)"
+            )));
+        }
+        let mut nodes: Vec<(redis::ConnectionInfo, String)> = Vec::with_capacity(n);
+        for url in urls {
+            let shown = redis_url::redact(url);
+            let info = redis_url::parse_server(url).map_err(|e| {
+                if e.contains("unknown scheme") {
+                    // Sentinel, Cluster and the like name several servers of their own.
+                    usage(format!(
+                        "--redis {shown}: with several --redis (Redlock) each must be one plain \
+                         server: redis://, rediss://, valkey://, valkeys:// or unix://"
+                    ))
+                } else {
+                    usage(e)
+                }
+            })?;
+            if let Some((_, first)) = nodes.iter().find(|(i, _)| i.addr() == info.addr()) {
+                return Err(usage(format!(
+                    "--redis {shown}: the same server as --redis {first}; Redlock needs \
+                     independent masters"
+                )));
+            }
+            nodes.push((info, shown));
+        }
+        let tls = nodes.iter().filter(|(i, _)| is_tls(i)).count();
+        if tls != 0 && tls != n {
+            return Err(usage(
+                "--redis: some URLs use TLS and some do not; use rediss:// for all or none",
+            ));
+        }
+        let quorum = quorum.unwrap_or(n / 2 + 1);
+        if quorum <= n / 2 || quorum > n {
+            return Err(usage(format!(
+                "--quorum {quorum}: with {n} --redis it must be more than {} and at most {n}",
+                n / 2
+            )));
+        }
+        Ok(QuorumNodes { nodes, quorum })
+    }
+
+    /// A warning worth one line before the run, if any.
+    pub fn warning(&self) -> Option<String> {
+        let n = self.nodes.len();
+        n.is_multiple_of(2).then(|| {
+            format!(
+                "Redlock over an even number of masters ({n}) tolerates no more failures than \
+                 over {}; consider an odd number",
+                n - 1
+            )
+        })
+    }
 }
 
 impl Endpoint {
@@ -61,6 +140,8 @@ impl Endpoint {
         match self {
             Endpoint::Single(info) => is_tls(info),
             Endpoint::Cluster(seeds) => seeds.iter().any(is_tls),
+            // QuorumNodes::parse refuses a mix.
+            Endpoint::Quorum(q) => q.nodes.iter().all(|(info, _)| is_tls(info)),
         }
     }
 }
@@ -118,6 +199,18 @@ impl Tls {
             return Err(usage(
                 "--tls-* options: this build has no TLS support (build with --features tls)",
             ));
+        }
+        #[cfg(feature = "tls")]
+        {
+            if let (Some(path), Some(pem)) = (&conn.tls_ca_cert, &tls.ca) {
+                crate::tls_files::check_ca(path, pem).map_err(UsageError)?;
+            }
+            if let (Some(cert), Some(key), Some((cert_pem, key_pem))) =
+                (&conn.tls_cert, &conn.tls_key, &tls.client)
+            {
+                crate::tls_files::check_client((cert, cert_pem), (key, key_pem))
+                    .map_err(UsageError)?;
+            }
         }
         Ok(tls)
     }
@@ -194,8 +287,22 @@ impl Target {
         if conn.connect_timeout > LONGEST {
             return Err(usage("--connect-timeout is longer than 10 years"));
         }
-        let redis_shown = redis_url::redact(&conn.redis);
-        let mut endpoint = redis_url::parse(&conn.redis).map_err(UsageError)?;
+        let urls = redis_urls(&conn.redis);
+        let redis_shown = urls
+            .iter()
+            .map(|u| redis_url::redact(u))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut endpoint = match urls.as_slice() {
+            [url] => redis_url::parse(url).map_err(UsageError)?,
+            _ => Endpoint::Quorum(QuorumNodes::parse(&urls, conn.quorum)?),
+        };
+        if conn.quorum.is_some() && !matches!(endpoint, Endpoint::Quorum(_)) {
+            return Err(usage(
+                "--quorum needs several --redis (Redlock); with one server there is nothing \
+                 to count",
+            ));
+        }
         if let Some(path) = &conn.password_file {
             let password = read_password(path)?;
             endpoint = match endpoint {
@@ -207,6 +314,12 @@ impl Target {
                         .map(|info| with_password(info, &password))
                         .collect(),
                 ),
+                Endpoint::Quorum(mut q) => {
+                    for (info, _) in &mut q.nodes {
+                        *info = with_password(info.clone(), &password);
+                    }
+                    Endpoint::Quorum(q)
+                }
             };
         }
         let tls = Tls::from_args(conn)?;
@@ -223,7 +336,22 @@ impl Target {
             key,
             timeout: conn.connect_timeout,
             tls,
+            limit: 1,
         })
+    }
+}
+
+/// The `--redis` URLs. `REDLOCK_REDIS` may hold several, separated by whitespace; a value
+/// typed on the command line is taken whole (a password could hold a space).
+fn redis_urls(given: &[String]) -> Vec<String> {
+    match given {
+        [one]
+            if one.split_whitespace().nth(1).is_some()
+                && std::env::var("REDLOCK_REDIS").is_ok_and(|env| env == *one) =>
+        {
+            one.split_whitespace().map(str::to_owned).collect()
+        }
+        _ => given.to_vec(),
     }
 }
 
@@ -337,7 +465,26 @@ impl RunConfig {
                 show(run.replica_timeout)
             )));
         }
-        let target = Target::from_args(conn)?;
+        if run.limit == 0 || run.limit > LARGEST_LIMIT {
+            return Err(usage(format!(
+                "--limit {} is out of range: use 1 (one holder at a time) to {LARGEST_LIMIT}",
+                run.limit
+            )));
+        }
+        let mut target = Target::from_args(conn)?;
+        target.limit = run.limit;
+        if matches!(target.endpoint, Endpoint::Quorum(_)) {
+            if run.min_replicas > 0 {
+                return Err(usage(
+                    "--min-replicas is not supported with Redlock (several --redis) in this version",
+                ));
+            }
+            if run.limit > 1 {
+                return Err(usage(
+                    "--limit is not supported with Redlock (several --redis) in this version",
+                ));
+            }
+        }
         if let Some(name) = &conn.key {
             check_nesting(name, &target.key)?;
         }

@@ -4,8 +4,9 @@
 //! - `cli`: the clap definition, nothing else (also feeds completions and the man page).
 //! - `config`: checks the flags and turns them into settings, before anything runs.
 //! - `lease`: the lease clock (CLOCK_BOOTTIME deadlines, drift).
-//! - `lock`: the lock contract, and behind it the protocols (mutex) and topologies (one
-//!   server) that implement it.
+//! - `lock`: the lock contract, and behind it the protocols (mutex, `--limit` semaphore) and
+//!   topologies (one server, a Redlock quorum of masters) that implement it.
+//! - `tls_files`: `--tls-*` certificate files checked before Redis is contacted.
 //! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
 //! - `cluster_url`: `redis+cluster://` URLs (a Redis Cluster's seed nodes).
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
@@ -34,6 +35,8 @@ pub mod run;
 pub mod signals;
 pub mod sink;
 pub mod status;
+#[cfg(feature = "tls")]
+pub mod tls_files;
 pub mod tree;
 
 use clap::Parser;
@@ -140,6 +143,7 @@ fn parse_and_run() -> End {
         Some(Sub::Status(args)) => match config::Target::from_args(&args.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);
+                warn_about(&target, &report);
                 runtime
                     .block_on(status::status(&target, args.json, &report))
                     .code()
@@ -150,6 +154,7 @@ fn parse_and_run() -> End {
         None => match config::RunConfig::from_args(&cli.conn, &cli.run) {
             Ok(cfg) => {
                 let report = report.with_key(&cfg.target.key);
+                warn_about(&cfg.target, &report);
                 let end = runtime.block_on(run::run(&cfg, &report));
                 // The runtime's threads and handlers go before the process ends by a signal.
                 drop(runtime);
@@ -161,6 +166,15 @@ fn parse_and_run() -> End {
             }
             Err(e) => usage_error(&report, &e).code().into(),
         },
+    }
+}
+
+/// Settings that work but deserve a word (an even number of Redlock masters).
+fn warn_about(target: &config::Target, report: &Reporter) {
+    if let config::Endpoint::Quorum(nodes) = &target.endpoint {
+        if let Some(warning) = nodes.warning() {
+            report.warn("config", warning);
+        }
     }
 }
 

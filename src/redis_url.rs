@@ -49,7 +49,8 @@ pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
             ))
         }
     }
-    if rest.ends_with("#insecure") {
+    let fragment = rest.rsplit_once('#').map(|(_, f)| f.trim());
+    if fragment.is_some_and(|f| f.to_ascii_lowercase().starts_with("insecure")) {
         // Certificate checks off would let anyone on the path answer as the lock server.
         return Err(format!(
             "--redis {shown}: #insecure (no certificate check) is not supported; give the \

@@ -28,7 +28,7 @@ use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
 use crate::lease::{Lease, Stamp, Standing};
 use crate::lock::{
-    self, Attempt, Holder, HolderInfo, Lock, RedisFailure, Released, Renewal, Token,
+    self, Attempt, Holder, HolderInfo, Lock, RedisFailure, Released, Renewal, Token, Waiter,
 };
 use crate::report::Reporter;
 use crate::signals::Signals;
@@ -39,6 +39,17 @@ const MAX_NAP: Duration = Duration::from_millis(200);
 
 /// With -v, how often a wait that goes on is logged (stderr not a terminal).
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// A waiter's place is kept this long beyond the longest attempt (`--connect-timeout`); waiters
+/// pause at most `backoff::BACKOFF_CAP` (250 ms) between attempts.
+const PLACE_KEPT_BEYOND_AN_ATTEMPT: Duration = Duration::from_secs(1);
+
+/// The least time a waiter's place is kept.
+const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
+
+/// Bound on leaving the waiters' queue when giving up: short, as the run is ending anyway
+/// and the place expires by itself.
+const LEAVE_QUEUE_WITHIN: Duration = Duration::from_secs(1);
 
 /// Pause between renewal attempts after a failed one.
 const RENEW_RETRY: Duration = Duration::from_millis(100);
@@ -160,15 +171,30 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
         }
     };
     let mut token = Token::new();
+    let (host, pid) = (hostname(), std::process::id());
+    let waits = cfg.wait != Wait::For(Duration::ZERO);
     let holder = HolderInfo {
-        host: hostname(),
-        pid: std::process::id(),
+        waiter: waits.then(|| Waiter {
+            id: format!("{} {host} {pid}", Token::new().as_str()),
+            place_kept: (cfg.target.timeout + PLACE_KEPT_BEYOND_AN_ATTEMPT)
+                .max(PLACE_KEPT_AT_LEAST),
+        }),
+        host,
+        pid,
         command: cfg.command.display.clone(),
     };
 
     let held = match acquire(cfg, &lock, &mut token, &holder, start, &mut signals, report).await {
         Ok(held) => held,
-        Err(ending) => return (Outcome::NotHeld(ending), false),
+        Err(ending) => {
+            // A waiter that gives up (its --wait ran out, a signal, Redis gone) leaves the
+            // queue at once; if even that fails, its place expires by itself.
+            if holder.waiter.is_some() {
+                let within = cfg.target.timeout.min(LEAVE_QUEUE_WITHIN);
+                lock.leave_queue(&holder, within).await;
+            }
+            return (Outcome::NotHeld(ending), false);
+        }
     };
     report.info(
         "acquired",
@@ -224,6 +250,20 @@ async fn acquire<L: Lock>(
     report: &Reporter,
 ) -> Result<Held, Ending> {
     let started = Stamp::now();
+    // With --limit, a busy lock means every permit is taken; the holder named is the one
+    // whose lease ends first.
+    let shown_name = match cfg.target.limit {
+        1 => lock.name().to_owned(),
+        n => format!("{} (all {n} permits)", lock.name()),
+    };
+    // "All permits taken" is true only when the lock is not free-but-queued.
+    let named = |holder: &Holder| {
+        if holder.free {
+            lock.name()
+        } else {
+            shown_name.as_str()
+        }
+    };
     let mut first = true;
     let mut backoff = Backoff::new(token.seed());
     // Subscribed on the first busy reply when there is time to wait; wakes the next attempt
@@ -245,9 +285,14 @@ async fn acquire<L: Lock>(
             cfg.target.timeout
         };
         let attempt = lock.try_acquire(token, cfg.ttl, holder, within).await;
-        if attempt.as_ref().is_err_and(|e| e.may_have_written()) {
+        match &attempt {
             // That attempt was taken back and its token cancelled (see the contract).
-            *token = Token::new();
+            Err(e) if e.may_have_written() => *token = Token::new(),
+            // Busy on a quorum can also come with a take-back on the nodes whose reply was
+            // lost, which cancels the token there: a fresh token keeps those nodes usable
+            // for the next attempt. (The waiter's place in a queue has its own id.)
+            Ok(Attempt::Busy(_)) => *token = Token::new(),
+            _ => {}
         }
         let now = Stamp::now();
         let left = match cfg.wait {
@@ -269,11 +314,11 @@ async fn acquire<L: Lock>(
             }
             Ok(Attempt::Busy(holder)) => {
                 let Some(left) = left else {
-                    report.busy(busy_message(lock.name(), &holder, cfg.wait));
+                    report.busy(busy_message(named(&holder), &holder, cfg.wait));
                     break Err(Ending::Busy(cfg.conflict_exit_code));
                 };
                 report.waiting(waiting_message(
-                    lock.name(),
+                    named(&holder),
                     &holder,
                     now.since(started),
                     cfg.wait,
@@ -284,7 +329,7 @@ async fn acquire<L: Lock>(
                     None => {
                         report.notice(
                             "waiting",
-                            wait_started_message(lock.name(), &holder, cfg.wait),
+                            wait_started_message(named(&holder), &holder, cfg.wait),
                         );
                         last_logged = Some(now);
                     }
@@ -911,7 +956,8 @@ fn tell(cfg: &RunConfig, key: &str, outcome: &Outcome, keep: Duration, report: &
 
 fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) -> String {
     let who = match (&holder.host, holder.pid) {
-        (Some(host), Some(pid)) => format!(" (held by {host} pid {pid})"),
+        (Some(host), Some(pid)) => format!(" (held by {host} pid {pid}{})", place(holder)),
+        _ if holder.place > 0 => format!(" ({})", &place(holder)[2..]),
         _ => String::new(),
     };
     let left = match wait {
@@ -924,8 +970,33 @@ fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) ->
     )
 }
 
+/// `, 2nd of 3 in line` when queued.
+fn place(holder: &Holder) -> String {
+    if holder.place == 0 {
+        return String::new();
+    }
+    let nth = match (holder.place % 10, holder.place % 100) {
+        (1, n) if n != 11 => "st",
+        (2, n) if n != 12 => "nd",
+        (3, n) if n != 13 => "rd",
+        _ => "th",
+    };
+    format!(", {}{nth} of {} in line", holder.place, holder.queued)
+}
+
 /// Where a wait begins, for a log: who holds the lock, since when, and how long we wait.
 fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> String {
+    let limit = match wait {
+        Wait::Forever => "with no limit".to_owned(),
+        Wait::For(d) => format!("up to {}", show(d)),
+    };
+    if holder.free {
+        return format!(
+            "lock {key} is free, but {} queued earlier{}; waiting {limit}",
+            waiters(ahead(holder)),
+            place(holder)
+        );
+    }
     let mut who = String::new();
     if let (Some(host), Some(pid)) = (&holder.host, holder.pid) {
         who.push_str(&format!(" by {host} pid {pid}"));
@@ -938,14 +1009,32 @@ fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> String {
         Some(ms) => format!("{} left on its lease", show_ms(Duration::from_millis(ms))),
         None => "no TTL".to_owned(),
     };
-    let limit = match wait {
-        Wait::Forever => "with no limit".to_owned(),
-        Wait::For(d) => format!("up to {}", show(d)),
-    };
-    format!("lock {key} is held{who} ({ttl}); waiting {limit}")
+    format!(
+        "lock {key} is held{who} ({ttl}{}); waiting {limit}",
+        place(holder)
+    )
+}
+
+/// Waiters in the queue before this run (all of them when it is not queued).
+fn ahead(holder: &Holder) -> u64 {
+    match holder.place {
+        0 => holder.queued,
+        place => place - 1,
+    }
+}
+
+/// `1 waiter`, `3 waiters`.
+fn waiters(n: u64) -> String {
+    format!("{n} waiter{}", if n == 1 { "" } else { "s" })
 }
 
 fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
+    if holder.free {
+        return format!(
+            "lock {key} is busy: free, but {} queued for it (--wait) ahead of this run",
+            waiters(ahead(holder))
+        );
+    }
     let who = match (&holder.host, holder.pid) {
         (Some(host), Some(pid)) => format!(" by {host} pid {pid}"),
         _ => String::new(),
@@ -1088,6 +1177,7 @@ mod tests {
             host: Some("web1".into()),
             pid: Some(42),
             acquired_ms: Some(0),
+            ..Holder::default()
         };
         assert_eq!(
             busy_message("redlock:k", &holder, Wait::For(Duration::ZERO)),
@@ -1095,6 +1185,28 @@ mod tests {
         );
         let foreign = Holder::default();
         assert!(busy_message("k", &foreign, Wait::For(Duration::from_secs(2))).contains("no TTL"));
+        let queued = Holder {
+            free: true,
+            queued: 3,
+            place: 2,
+            ..Holder::default()
+        };
+        assert_eq!(
+            wait_started_message("k", &queued, Wait::Forever),
+            "lock k is free, but 1 waiter queued earlier, 2nd of 3 in line; \
+             waiting with no limit"
+        );
+        assert_eq!(
+            busy_message("k", &queued, Wait::For(Duration::from_secs(1))),
+            "lock k is busy: free, but 1 waiter queued for it (--wait) ahead of this run"
+        );
+        let next = Holder {
+            place: 1,
+            queued: 1,
+            ..holder.clone()
+        };
+        assert!(waiting_message("k", &next, Duration::ZERO, Wait::Forever)
+            .contains("(held by web1 pid 42, 1st of 1 in line)"));
         assert_eq!(
             wait_started_message("redlock:k", &holder, Wait::For(Duration::from_secs(600))),
             "lock redlock:k is held by web1 pid 42 since 1970-01-01T00:00:00Z (1s 500ms left \

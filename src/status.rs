@@ -25,8 +25,13 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
                 to_json(&target.key, &status)
             } else {
                 // The holder info was written by another host: no control character of it
-                // (or of the key) reaches the terminal as such.
-                crate::report::one_line(&to_text(&target.key, &status)).into_owned()
+                // (or of the key) reaches the terminal as such. One line each: the lock, then
+                // (Redlock) each node.
+                std::iter::once(to_text(&target.key, &status))
+                    .chain(nodes_text(&status))
+                    .map(|line| crate::report::one_line(&line).into_owned())
+                    .collect::<Vec<_>>()
+                    .join("\n")
             };
             match print_line(&out) {
                 Ok(()) => Ending::Ran(ChildEnd::Exited(0)),
@@ -59,7 +64,41 @@ fn print_line(line: &str) -> io::Result<()> {
 }
 
 fn to_text(key: &str, s: &Status) -> String {
+    format!("{}{}", holder_text(key, s), queue_text(s))
+}
+
+/// `; 2 waiting, next: web2 pid 8` when runs queue for the lock (`--wait`).
+fn queue_text(s: &Status) -> String {
+    if s.queued == 0 {
+        return String::new();
+    }
+    let mut out = format!("; {} waiting", s.queued);
+    if let Some(head) = &s.queue_head {
+        let who = match head.split_once(' ') {
+            Some((host, pid)) => format!("{host} pid {pid}"),
+            None => head.clone(),
+        };
+        let _ = write!(out, ", next: {who}");
+    }
+    out
+}
+
+fn holder_text(key: &str, s: &Status) -> String {
+    if let Some(limit) = s.limit {
+        return permits_text(key, limit, s);
+    }
     if !s.held {
+        let held_on = s
+            .nodes
+            .iter()
+            .filter(|n| n.status.as_ref().is_ok_and(|s| s.held))
+            .count();
+        if held_on > 0 {
+            return format!(
+                "{key}: free (not held by a quorum; held on {held_on} of {} nodes)",
+                s.nodes.len()
+            );
+        }
         return format!("{key}: free");
     }
     let ttl = match s.ttl_ms {
@@ -84,6 +123,50 @@ fn to_text(key: &str, s: &Status) -> String {
         let _ = write!(out, ", command: {cmd}");
     }
     out
+}
+
+/// `k: 2 of 3 held: web1 pid 7 (acquired ..., ttl left 20s, fence 9, command: x); ...`
+fn permits_text(key: &str, limit: u32, s: &Status) -> String {
+    let mut out = format!(
+        "{key}: {} of {limit} held (--limit {limit})",
+        s.permits.len()
+    );
+    for (i, p) in s.permits.iter().enumerate() {
+        out.push_str(if i == 0 { ": " } else { "; " });
+        match (&p.host, p.pid) {
+            (Some(host), Some(pid)) => {
+                let _ = write!(out, "{host} pid {pid}");
+            }
+            _ => out.push_str("unknown holder"),
+        }
+        let mut details = Vec::new();
+        if let Some(ms) = p.acquired_ms {
+            details.push(format!("acquired {}", age(ms)));
+        }
+        details.push(format!(
+            "ttl left {}",
+            humantime::format_duration(Duration::from_millis(p.ttl_ms))
+        ));
+        if let Some(fence) = p.fence {
+            details.push(format!("fence {fence}"));
+        }
+        if let Some(cmd) = &p.command {
+            details.push(format!("command: {cmd}"));
+        }
+        let _ = write!(out, " ({})", details.join(", "));
+    }
+    out
+}
+
+/// Redlock: one line a node, after the quorum's view.
+fn nodes_text(s: &Status) -> Vec<String> {
+    s.nodes
+        .iter()
+        .map(|n| match &n.status {
+            Ok(status) => format!("  {}", to_text(&n.server, status)),
+            Err(e) => format!("  {}: no answer: {e}", n.server),
+        })
+        .collect()
 }
 
 fn age(acquired_ms: u64) -> String {
@@ -112,10 +195,47 @@ struct StatusJson<'a> {
     acquired_ms: Option<u64>,
     ttl_ms: Option<u64>,
     fence: Option<u64>,
+    /// Runs waiting in the queue (`--wait`), and the next one as `host pid`.
+    queued: u64,
+    queue_head: Option<&'a str>,
+    /// `--limit` locks only: the limit and every holder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holders: Option<Vec<PermitJson<'a>>>,
+    /// Redlock: each node's view (left out for one server).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    nodes: Vec<NodeJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct PermitJson<'a> {
+    host: Option<&'a str>,
+    pid: Option<u32>,
+    command: Option<&'a str>,
+    acquired_ms: Option<u64>,
+    ttl_ms: u64,
+    fence: Option<u64>,
+}
+
+/// One Redlock node in `status --json`: its URL (password hidden) and what it holds, or the
+/// error that kept it from answering.
+#[derive(Serialize)]
+struct NodeJson<'a> {
+    redis: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    status: Option<StatusJson<'a>>,
 }
 
 fn to_json(key: &str, s: &Status) -> String {
-    let json = StatusJson {
+    // Cannot fail: plain fields, no maps with non-string keys.
+    serde_json::to_string(&json_of(key, s)).expect("status JSON serializes")
+}
+
+fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
+    StatusJson {
         held: s.held,
         foreign: s.foreign,
         key,
@@ -125,9 +245,32 @@ fn to_json(key: &str, s: &Status) -> String {
         acquired_ms: s.acquired_ms,
         ttl_ms: s.ttl_ms,
         fence: s.fence,
-    };
-    // Cannot fail: plain fields, no maps with non-string keys.
-    serde_json::to_string(&json).expect("status JSON serializes")
+        queued: s.queued,
+        queue_head: s.queue_head.as_deref(),
+        limit: s.limit,
+        holders: s.limit.map(|_| {
+            s.permits
+                .iter()
+                .map(|p| PermitJson {
+                    host: p.host.as_deref(),
+                    pid: p.pid,
+                    command: p.command.as_deref(),
+                    acquired_ms: p.acquired_ms,
+                    ttl_ms: p.ttl_ms,
+                    fence: p.fence,
+                })
+                .collect()
+        }),
+        nodes: s
+            .nodes
+            .iter()
+            .map(|n| NodeJson {
+                redis: &n.server,
+                error: n.status.as_ref().err().map(String::as_str),
+                status: n.status.as_ref().ok().map(|s| json_of(key, s)),
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]
@@ -139,7 +282,8 @@ mod tests {
         assert_eq!(
             to_json("redlock:k", &Status::default()),
             "{\"held\":false,\"foreign\":false,\"key\":\"redlock:k\",\"host\":null,\"pid\":null,\
-             \"command\":null,\"acquired_ms\":null,\"ttl_ms\":null,\"fence\":null}"
+             \"command\":null,\"acquired_ms\":null,\"ttl_ms\":null,\"fence\":null,\
+             \"queued\":0,\"queue_head\":null}"
         );
         assert_eq!(to_text("redlock:k", &Status::default()), "redlock:k: free");
     }
@@ -161,5 +305,16 @@ mod tests {
         );
         assert!(to_json("k", &s)
             .contains("\"held\":true,\"foreign\":false,\"key\":\"k\",\"host\":\"web1\",\"pid\":7"));
+        let queued = Status {
+            queued: 2,
+            queue_head: Some("web2 8".into()),
+            ..s
+        };
+        assert!(
+            to_text("k", &queued).ends_with("; 2 waiting, next: web2 pid 8"),
+            "{}",
+            to_text("k", &queued)
+        );
+        assert!(to_json("k", &queued).ends_with(",\"queued\":2,\"queue_head\":\"web2 8\"}"));
     }
 }

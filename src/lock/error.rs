@@ -107,6 +107,22 @@ impl RedisFailure {
         self
     }
 
+    /// A failure of several servers at once (a Redlock quorum not reached): `server` names
+    /// them, `detail` says what they answered.
+    pub fn of_many(
+        kind: FailureKind,
+        server: impl Into<String>,
+        detail: impl Into<String>,
+        maybe_sent: bool,
+    ) -> Self {
+        RedisFailure {
+            kind,
+            server: server.into(),
+            detail: detail.into(),
+            maybe_sent,
+        }
+    }
+
     /// Nothing was sent (the failure happened while connecting): nothing can have been written.
     pub fn not_sent(mut self) -> Self {
         self.maybe_sent = false;

@@ -6,8 +6,9 @@
 //! - **Topology** (`topology/`): how commands reach servers. `topology/server.rs` is one
 //!   connection to one server (replaced after any timeout; EVALSHA with an EVAL fallback; a
 //!   write and its WAIT in one pipeline); `topology/single.rs` is the first backend: the mutex
-//!   on one server; `topology/cluster.rs` the mutex on a Redis Cluster (the master of the
-//!   lock's slot, followed through MOVED, ASK and failovers).
+//!   on one server; `topology/quorum.rs` is Redlock: the mutex on N independent masters;
+//!   `topology/cluster.rs` the mutex on a Redis Cluster (the master of the lock's slot,
+//!   followed through MOVED, ASK and failovers).
 //!
 //! `Backend` below names every backend; `open` picks one for a target. Adding a topology means
 //! a file under `topology/`, a variant here and its URL parsing in `config.rs`: the supervisor
@@ -96,6 +97,10 @@ pub trait Lock {
 
     /// Who holds the lock now. Read-only.
     async fn status(&self) -> Result<Status, RedisFailure>;
+
+    /// A waiter that gives up leaves the queue now (best effort, within `within`): a place
+    /// left behind would make the others wait until it expires.
+    async fn leave_queue(&self, holder: &HolderInfo, within: Duration);
 }
 
 /// `--min-replicas`: how many replicas must acknowledge each acquire and renewal, and how long
@@ -135,8 +140,15 @@ pub enum Renewal {
 /// What is known about the current holder of a busy lock.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Holder {
-    /// Remaining TTL in ms; `None` when the key has no TTL (a foreign lock that never expires).
+    /// Remaining TTL in ms; `None` when the key has no TTL (a foreign lock that never expires)
+    /// or when the lock is free but others wait before us (`free`).
     pub ttl_ms: Option<u64>,
+    /// Nobody holds the lock, but waiters queued earlier come first.
+    pub free: bool,
+    /// Waiters in the queue (ourselves included when queued), and our place in it (1 = next;
+    /// 0 when not queued).
+    pub queued: u64,
+    pub place: u64,
     /// Host and pid of a redlock-run holder; `None` for a foreign value.
     pub host: Option<String>,
     pub pid: Option<u32>,
@@ -166,14 +178,58 @@ pub struct Status {
     pub command: Option<String>,
     pub acquired_ms: Option<u64>,
     pub fence: Option<u64>,
+    /// Waiters queued (fair waiting), and the first of them as `host pid`.
+    pub queued: u64,
+    pub queue_head: Option<String>,
+    /// `--limit`: the limit recorded with the lock, and every holder (empty for a mutex).
+    pub limit: Option<u32>,
+    pub permits: Vec<Permit>,
+    /// Redlock: what each node says, in `--redis` order (empty for one server). The fields
+    /// above are then the quorum's view.
+    pub nodes: Vec<NodeStatus>,
 }
 
-/// The information stored beside the lock for `status`.
+/// One Redlock node's answer to `status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// The node's URL, password hidden.
+    pub server: String,
+    /// Its status, or why it could not tell.
+    pub status: Result<Status, String>,
+}
+
+/// One holder of a `--limit` lock.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Permit {
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    pub command: Option<String>,
+    pub acquired_ms: Option<u64>,
+    pub fence: Option<u64>,
+    pub ttl_ms: u64,
+}
+
+/// Who asks for the lock: stored beside the lock for `status` once granted.
 #[derive(Debug, Clone)]
 pub struct HolderInfo {
     pub host: String,
     pub pid: u32,
     pub command: String,
+    /// A run that waits (`--wait` above 0) takes the lock in arrival order, with this place
+    /// in the queue. `None`: the run does not wait and never queues.
+    pub waiter: Option<Waiter>,
+}
+
+/// A waiter's place in the queue of a busy lock.
+#[derive(Debug, Clone)]
+pub struct Waiter {
+    /// `RANDOM host pid`: random, so that two waiters never share a place; host and pid, so
+    /// that `status` shows who is next.
+    pub id: String,
+    /// How long the place is kept after each attempt: longer than the gap between two
+    /// attempts (a pause, plus an attempt that may take up to `--connect-timeout`), so that
+    /// a live waiter never loses it, and short, so that a dead one blocks nobody for long.
+    pub place_kept: Duration,
 }
 
 /// Announcements that the lock was released. A hint only: a missed or late message costs one
@@ -201,9 +257,11 @@ impl ReleaseNotices {
 }
 
 /// Every backend. The supervisor is generic over [`Lock`] and gets one of these from `open`.
+#[allow(clippy::large_enum_variant)] // one per run: its size does not matter
 pub enum Backend {
     Single(topology::single::Single),
     Cluster(topology::cluster::Cluster),
+    Quorum(topology::quorum::Quorum),
 }
 
 /// Connect to the lock described by `target` within `within`: fails with an
@@ -221,6 +279,9 @@ pub async fn open(
         Endpoint::Cluster(seeds) => {
             Backend::Cluster(topology::cluster::Cluster::open(seeds, target, ack, within).await?)
         }
+        Endpoint::Quorum(nodes) => {
+            Backend::Quorum(topology::quorum::Quorum::open(nodes, target, within).await?)
+        }
     })
 }
 
@@ -229,6 +290,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.name(),
             Backend::Cluster(b) => b.name(),
+            Backend::Quorum(b) => b.name(),
         }
     }
 
@@ -242,6 +304,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.try_acquire(token, ttl, holder, within).await,
             Backend::Cluster(b) => b.try_acquire(token, ttl, holder, within).await,
+            Backend::Quorum(b) => b.try_acquire(token, ttl, holder, within).await,
         }
     }
 
@@ -254,6 +317,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.renew(token, ttl, within).await,
             Backend::Cluster(b) => b.renew(token, ttl, within).await,
+            Backend::Quorum(b) => b.renew(token, ttl, within).await,
         }
     }
 
@@ -266,6 +330,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.release(token, keep, within).await,
             Backend::Cluster(b) => b.release(token, keep, within).await,
+            Backend::Quorum(b) => b.release(token, keep, within).await,
         }
     }
 
@@ -273,6 +338,7 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.release_notices(within).await,
             Backend::Cluster(b) => b.release_notices(within).await,
+            Backend::Quorum(b) => b.release_notices(within).await,
         }
     }
 
@@ -280,6 +346,15 @@ impl Lock for Backend {
         match self {
             Backend::Single(b) => b.status().await,
             Backend::Cluster(b) => b.status().await,
+            Backend::Quorum(b) => b.status().await,
+        }
+    }
+
+    async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
+        match self {
+            Backend::Single(b) => b.leave_queue(holder, within).await,
+            Backend::Cluster(b) => b.leave_queue(holder, within).await,
+            Backend::Quorum(b) => b.leave_queue(holder, within).await,
         }
     }
 }

@@ -23,6 +23,7 @@
 
 pub mod cluster;
 pub mod proxy;
+pub mod quorum;
 pub mod tls;
 
 use std::ffi::{OsStr, OsString};

@@ -369,12 +369,11 @@ fn cluster_usage_errors_and_secrets() {
         assert!(!out.stderr.contains("Xw7"), "password shown\n{out}");
     }
     // --tls-* with a cluster URL that does not use TLS is refused as for one server.
-    let ca = scratch();
-    fs::write(ca.path().join("ca.pem"), "-----BEGIN CERTIFICATE-----\n").unwrap();
+    let pki = crate::common::tls::Pki::new();
     let out = Wrapper::new()
         .args(["--redis", "redis+cluster://127.0.0.1:7000", "--key", "k"])
         .arg("--tls-ca-cert")
-        .arg(ca.path().join("ca.pem"))
+        .arg(pki.ca())
         .args(["--", "true"])
         .run();
     out.expect_code(2);

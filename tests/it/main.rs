@@ -10,10 +10,14 @@
 //! - `lease`: heartbeat, lost lock (key overwritten, Redis killed, frozen or restarted),
 //!   `--grace` escalation, a wrapper woken past its lease, leftovers bounded by the lease, a
 //!   SIGKILLed wrapper, `--hold-at-least` (and no hold when the command never ran).
+//! - `limit`: `--limit N`: never more than N at once, a killed holder's permit expires,
+//!   mismatched limits refused, `status` lists every holder, order kept, random kills.
 //! - `signals`: forwarding to the command, a second TERM, a signal while waiting for the lock.
 //! - `child`: exit status passthrough, 126/127, the `REDLOCK_*` variables, stdio,
 //!   `--max-runtime` (also after a forwarded INT or TERM).
 //! - `usage`: bad command lines exit 2 without running anything or touching Redis.
+//! - `queue`: fair waiting: runs with `--wait` served in arrival order, a killed waiter's
+//!   place expires, a waiter that gives up leaves, `--wait 0` never queues, `status`.
 //! - `redis_errors`: unreachable or frozen Redis, authentication, wrong key type, read-only
 //!   replica, ACL without EVAL (exit 69); a flushed script cache (EVAL, never SCRIPT LOAD).
 //! - `secrets`: no message shows any part of a password, whatever the URL holds.
@@ -36,6 +40,9 @@
 //! - `completion`: the bash completion, run in bash: options of a run and of `status`,
 //!   commands after `--`.
 //! - `harness`: sanity checks of the harness itself.
+//! - `quorum`: Redlock over N masters: a node down, frozen or restarted empty, no quorum
+//!   (exit 69, nothing left), the fence write-back against a counter far ahead, busy,
+//!   `status`, usage errors, `REDLOCK_REDIS` with several URLs, passwords hidden.
 //! - `proxy`: the TCP fault proxy (latency, hold, discard, blackhole, refuse, freeze, reset).
 
 #[path = "../common/mod.rs"]
@@ -49,9 +56,12 @@ mod docs;
 mod fencing;
 mod harness;
 mod lease;
+mod limit;
 mod network;
 mod options;
 mod proxy;
+mod queue;
+mod quorum;
 mod redis_errors;
 mod replicas;
 mod secrets;

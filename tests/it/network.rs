@@ -268,7 +268,9 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
     let scripts =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lock/protocol/scripts");
     let cancel = std::fs::read_to_string(scripts.join("cancel.lua")).unwrap();
-    let acquire = std::fs::read_to_string(scripts.join("acquire.lua")).unwrap();
+    // As the wrapper sends it: the shared prelude, then the script.
+    let acquire = std::fs::read_to_string(scripts.join("prelude.lua")).unwrap()
+        + &std::fs::read_to_string(scripts.join("acquire.lua")).unwrap();
     let token = "late-token";
     let cancelled = redis.cli(&[
         "EVAL",
@@ -285,17 +287,21 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
     let late = redis.cli(&[
         "EVAL",
         &acquire,
-        "4",
+        "6",
         "redlock:k",
         "{redlock:k}:fence",
         "{redlock:k}:holder",
         "{redlock:k}:cancelled",
+        "{redlock:k}:queue",
+        "{redlock:k}:queue-expiry",
         token,
         "30000",
         "60000",
         "host",
         "1",
         "cmd",
+        "",
+        "30000",
     ]);
     assert!(
         !redis.exists("redlock:k"),
@@ -305,17 +311,21 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
     redis.cli(&[
         "EVAL",
         &acquire,
-        "4",
+        "6",
         "redlock:k",
         "{redlock:k}:fence",
         "{redlock:k}:holder",
         "{redlock:k}:cancelled",
+        "{redlock:k}:queue",
+        "{redlock:k}:queue-expiry",
         "another-token",
         "30000",
         "60000",
         "host",
         "1",
         "cmd",
+        "",
+        "30000",
     ]);
     assert_eq!(redis.get("redlock:k").as_deref(), Some("another-token"));
 }

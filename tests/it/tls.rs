@@ -159,8 +159,54 @@ fn bad_tls_options_are_usage_errors_that_touch_nothing() {
         .into_owned();
     let not_pem = not_pem.to_string_lossy().into_owned();
     let insecure = format!("{tls_url}#insecure");
+    let insecure_spaced = format!("{tls_url}/#insecure ");
+    let bad_base64 = dir.path().join("bad.crt");
+    fs::write(
+        &bad_base64,
+        "-----BEGIN CERTIFICATE-----\nnot base64!!\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let bad_base64 = bad_base64.to_string_lossy().into_owned();
+    let other_key = pki.path("other-client.key").to_string_lossy().into_owned();
     let cases: Vec<(&str, Vec<&str>, &str)> = vec![
         ("#insecure", vec!["--redis", &insecure], "--tls-ca-cert"),
+        (
+            "#insecure with a space",
+            vec!["--redis", &insecure_spaced],
+            "--tls-ca-cert",
+        ),
+        (
+            "CA with bad base64",
+            vec!["--redis", &tls_url, "--tls-ca-cert", &bad_base64],
+            "--tls-ca-cert",
+        ),
+        (
+            "CA file holding a key",
+            vec!["--redis", &tls_url, "--tls-ca-cert", &key],
+            "no CERTIFICATE",
+        ),
+        (
+            "key file holding a certificate",
+            vec!["--redis", &tls_url, "--tls-cert", &cert, "--tls-key", &cert],
+            "no usable private key",
+        ),
+        (
+            "certificate and key swapped",
+            vec!["--redis", &tls_url, "--tls-cert", &key, "--tls-key", &cert],
+            "no CERTIFICATE",
+        ),
+        (
+            "a key of another certificate",
+            vec![
+                "--redis",
+                &tls_url,
+                "--tls-cert",
+                &cert,
+                "--tls-key",
+                &other_key,
+            ],
+            "do not go together",
+        ),
         (
             "cert without key",
             vec!["--redis", &tls_url, "--tls-cert", &cert],

@@ -22,9 +22,18 @@
 //! `tests::no_lock_key_equals_a_companion_of_another_lock` checks both over every short name
 //! built from the characters that matter.
 
-/// The suffixes of companion keys. A future companion (a waiter queue, a semaphore's limit)
-/// is added here, so the collision rule and its test cover it at once.
-pub const COMPANIONS: &[&str] = &["fence", "holder", "released", "cancelled"];
+/// The suffixes of companion keys. A new companion is added here, so the collision rule and
+/// its test cover it at once.
+pub const COMPANIONS: &[&str] = &[
+    "fence",
+    "holder",
+    "released",
+    "cancelled",
+    "queue",
+    "queue-expiry",
+    "holders",
+    "limit",
+];
 
 /// The Redis keys of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +49,15 @@ pub struct Keys {
     /// Tokens of acquire attempts taken back after a lost reply (a set), so that such an
     /// attempt arriving late cannot take the lock.
     pub cancelled: String,
+    /// Waiters in arrival order (a sorted set scored by server time), for fair waiting.
+    pub queue: String,
+    /// The same waiters scored by when their place expires (server time, ms), so that a
+    /// waiter that stopped asking leaves the queue.
+    pub queue_expiry: String,
+    /// `--limit`: each holder's info, by token (a hash).
+    pub holders: String,
+    /// `--limit`: the limit all holders of this lock use, kept as long as the holders.
+    pub limit: String,
 }
 
 /// Why a lock name cannot be used.
@@ -78,6 +96,10 @@ impl Keys {
             holder: companion("holder"),
             released: companion("released"),
             cancelled: companion("cancelled"),
+            queue: companion("queue"),
+            queue_expiry: companion("queue-expiry"),
+            holders: companion("holders"),
+            limit: companion("limit"),
         })
     }
 }
@@ -131,6 +153,21 @@ mod tests {
     use super::*;
 
     /// The part of a key Redis Cluster hashes: the tag if there is one, else the whole key.
+    /// The lock key and every companion.
+    fn all(k: &Keys) -> [&String; 9] {
+        [
+            &k.lock,
+            &k.fence,
+            &k.holder,
+            &k.released,
+            &k.cancelled,
+            &k.queue,
+            &k.queue_expiry,
+            &k.holders,
+            &k.limit,
+        ]
+    }
+
     fn hashed_part(key: &str) -> &str {
         if let Some(open) = key.find('{') {
             if let Some(len) = key[open + 1..].find('}') {
@@ -194,9 +231,23 @@ mod tests {
     /// or companion, and companions always share the lock's slot.
     #[test]
     fn no_lock_key_equals_a_companion_of_another_lock() {
+        // The companion names as symbols: one stands for all those that are no prefix of
+        // another ("holder"), and both members of each prefix pair ("holder"/"holders",
+        // "queue"/"queue-expiry"), which keeps the search at 9 symbols.
+        let mut named: Vec<&str> = vec!["holder", "holders", "queue", "queue-expiry"];
+        for name in COMPANIONS {
+            let prefix_pair = COMPANIONS
+                .iter()
+                .any(|other| other != name && (other.starts_with(name) || name.starts_with(other)));
+            assert!(
+                !prefix_pair || named.contains(name),
+                "companion {name} is a prefix of another (or has one): add it to the symbols"
+            );
+        }
+        named.dedup();
         let symbols: Vec<String> = ["{", "}", ":", "a", "b"]
             .iter()
-            .chain(COMPANIONS)
+            .chain(named.iter())
             .map(|s| s.to_string())
             .collect();
         let mut names = vec![String::new()];
@@ -216,13 +267,7 @@ mod tests {
         for name in names.iter().filter(|n| !n.is_empty()) {
             let Ok(keys) = Keys::new(name) else { continue };
             accepted += 1;
-            for key in [
-                &keys.lock,
-                &keys.fence,
-                &keys.holder,
-                &keys.released,
-                &keys.cancelled,
-            ] {
+            for key in all(&keys) {
                 assert_eq!(
                     hashed_part(key),
                     hashed_part(&keys.lock),

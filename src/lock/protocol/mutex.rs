@@ -14,16 +14,22 @@ use redis::Value;
 
 use super::keys::{BadName, Keys};
 use super::{Lua, ScriptCall};
-use crate::lock::{Holder, HolderInfo, Released, Status};
+use crate::lock::{Holder, HolderInfo, Released};
 
-static ACQUIRE: Lua = Lua::new(include_str!("scripts/acquire.lua"));
+static ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("scripts/prelude.lua"),
+    include_str!("scripts/acquire.lua")
+));
 static RENEW: Lua = Lua::new(include_str!("scripts/renew.lua"));
 static RELEASE: Lua = Lua::new(include_str!("scripts/release.lua"));
 static CANCEL: Lua = Lua::new(include_str!("scripts/cancel.lua"));
+static LEAVE: Lua = Lua::new(include_str!("scripts/leave.lua"));
+
+static RAISE_FENCE: Lua = Lua::new(include_str!("scripts/raise_fence.lua"));
 
 /// How long a cancelled acquire attempt is remembered: far longer than a request can linger
 /// in TCP retransmissions or a middlebox after its connection was given up.
-const CANCEL_KEEP: Duration = Duration::from_secs(10 * 60);
+pub(super) const CANCEL_KEEP: Duration = Duration::from_secs(10 * 60);
 
 /// How long the fence counter outlives the last acquisition. Losing it is harmless (the
 /// server clock carries the fence on, see acquire.lua); keeping it forever would leave one key
@@ -54,19 +60,20 @@ impl Mutex {
         &self.keys
     }
 
+    /// With `holder.waiter`, in arrival order: see acquire.lua.
     pub fn acquire(&self, token: &str, ttl: Duration, holder: &HolderInfo) -> ScriptCall {
         let k = &self.keys;
         ScriptCall::new(
             &ACQUIRE,
-            &[&k.lock, &k.fence, &k.holder, &k.cancelled],
-            vec![
-                token.to_owned(),
-                millis(ttl).to_string(),
-                millis(FENCE_KEEP).to_string(),
-                holder.host.clone(),
-                holder.pid.to_string(),
-                holder.command.clone(),
+            &[
+                &k.lock,
+                &k.fence,
+                &k.holder,
+                &k.cancelled,
+                &k.queue,
+                &k.queue_expiry,
             ],
+            acquire_args(token, ttl, holder),
         )
     }
 
@@ -99,29 +106,59 @@ impl Mutex {
         )
     }
 
-    /// A read-only pipeline: the value, its TTL, the holder info and the fence counter.
-    pub fn status(&self) -> redis::Pipeline {
+    /// Redlock's fence write-back: raise the counter to `fence` where the lock still holds
+    /// `token` (counter := max(counter, fence)).
+    pub fn raise_fence(&self, token: &str, fence: u64) -> ScriptCall {
         let k = &self.keys;
-        let mut pipe = redis::pipe();
-        pipe.cmd("GET")
-            .arg(&k.lock)
-            .cmd("PTTL")
-            .arg(&k.lock)
-            .cmd("HGETALL")
-            .arg(&k.holder)
-            .cmd("GET")
-            .arg(&k.fence);
-        // Error replies (WRONGTYPE, NOAUTH) come back as values, to be classified.
-        pipe.ignore_errors();
-        pipe
+        ScriptCall::new(
+            &RAISE_FENCE,
+            &[&k.lock, &k.fence, &k.holder],
+            vec![
+                token.to_owned(),
+                fence.to_string(),
+                millis(FENCE_KEEP).to_string(),
+            ],
+        )
     }
 }
 
-fn millis(d: Duration) -> u64 {
+/// The arguments both acquire scripts take first: token, ttl ms, fence counter ttl ms, host,
+/// pid, command, waiter id ('' for a run that does not wait), how long its place is kept (ms).
+pub(super) fn acquire_args(token: &str, ttl: Duration, holder: &HolderInfo) -> Vec<String> {
+    vec![
+        token.to_owned(),
+        millis(ttl).to_string(),
+        millis(FENCE_KEEP).to_string(),
+        holder.host.clone(),
+        holder.pid.to_string(),
+        holder.command.clone(),
+        holder
+            .waiter
+            .as_ref()
+            .map_or(String::new(), |w| w.id.clone()),
+        holder
+            .waiter
+            .as_ref()
+            .map_or(0, |w| millis(w.place_kept))
+            .to_string(),
+    ]
+}
+
+/// Leave the queue (a waiter that gives up); wakes the others if it was at the head.
+pub fn leave(k: &Keys, waiter: &str) -> ScriptCall {
+    ScriptCall::new(
+        &LEAVE,
+        &[&k.queue, &k.queue_expiry, &k.released],
+        vec![waiter.to_owned()],
+    )
+}
+
+pub(super) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy.
+/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy; `{2}` (an
+/// attempt with a token its run cancelled) is `None`, like any reply of another shape.
 pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = reply else {
         return None;
@@ -138,11 +175,18 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
             let host = items.get(2).and_then(text).filter(|s| !s.is_empty());
             let pid = items.get(3).and_then(text).and_then(|s| s.parse().ok());
             let acquired_ms = items.get(4).and_then(text).and_then(|s| s.parse().ok());
+            let count = |i: usize| match items.get(i) {
+                Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+                _ => 0,
+            };
             Some(AcquireReply::Busy(Holder {
                 ttl_ms: u64::try_from(pttl).ok(),
+                free: pttl == -2,
                 host,
                 pid,
                 acquired_ms,
+                queued: count(5),
+                place: count(6),
             }))
         }
         _ => None,
@@ -158,6 +202,16 @@ pub fn parse_renew(reply: &Value) -> Option<bool> {
     }
 }
 
+/// `{2}`: the acquire script refused a token that its run had cancelled on this server.
+pub fn is_cancelled(reply: &Value) -> bool {
+    matches!(reply, Value::Array(items) if items.as_slice() == [Value::Int(2)])
+}
+
+/// 1 the counter was raised (the token was there), 0 the token is gone.
+pub fn parse_raise_fence(reply: &Value) -> Option<bool> {
+    parse_renew(reply)
+}
+
 /// 1 released, 0 held by another value, -1 already gone.
 pub fn parse_release(reply: &Value) -> Option<Released> {
     match reply {
@@ -168,50 +222,12 @@ pub fn parse_release(reply: &Value) -> Option<Released> {
     }
 }
 
-pub fn parse_status(reply: Value) -> Option<Status> {
-    type Reply = (Option<String>, i64, Vec<(String, String)>, Option<String>);
-    let (value, pttl, info, fence): Reply = redis::from_redis_value(reply).ok()?;
-    Some(status_from(value, pttl, info, fence))
-}
-
-fn text(v: &Value) -> Option<String> {
+pub(super) fn text(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
         Value::Int(n) => Some(n.to_string()),
         _ => None,
-    }
-}
-
-fn status_from(
-    value: Option<String>,
-    pttl: i64,
-    info: Vec<(String, String)>,
-    fence: Option<String>,
-) -> Status {
-    let Some(value) = value else {
-        return Status::default();
-    };
-    let field = |name: &str| info.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    let ttl_ms = u64::try_from(pttl).ok();
-    // Holder info counts only if it was written for the value the lock holds now.
-    if field("token").as_deref() != Some(value.as_str()) {
-        return Status {
-            held: true,
-            foreign: true,
-            ttl_ms,
-            ..Status::default()
-        };
-    }
-    Status {
-        held: true,
-        foreign: false,
-        ttl_ms,
-        host: field("host"),
-        pid: field("pid").and_then(|p| p.parse().ok()),
-        command: field("cmd"),
-        acquired_ms: field("acquired_ms").and_then(|p| p.parse().ok()),
-        fence: field("fence").or(fence).and_then(|f| f.parse().ok()),
     }
 }
 
@@ -246,6 +262,25 @@ mod tests {
                 host: Some("web1".into()),
                 pid: Some(42),
                 acquired_ms: Some(1796235611000),
+                ..Holder::default()
+            }))
+        );
+        let queued = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(-2),
+            bulk(""),
+            bulk(""),
+            bulk(""),
+            Value::Int(3),
+            Value::Int(2),
+        ]);
+        assert_eq!(
+            parse_acquire(&queued),
+            Some(AcquireReply::Busy(Holder {
+                free: true,
+                queued: 3,
+                place: 2,
+                ..Holder::default()
             }))
         );
         let foreign = Value::Array(vec![Value::Int(0), Value::Int(-1), bulk(""), bulk("")]);
@@ -265,19 +300,6 @@ mod tests {
         assert_eq!(parse_renew(&Value::Int(1)), Some(true));
         assert_eq!(parse_renew(&Value::Int(0)), Some(false));
         assert_eq!(parse_renew(&Value::Nil), None);
-    }
-
-    #[test]
-    fn status_ignores_holder_info_of_another_value() {
-        let info = vec![
-            ("token".to_owned(), "old".to_owned()),
-            ("host".to_owned(), "h".to_owned()),
-        ];
-        let s = status_from(Some("new".into()), 900, info, Some("7".into()));
-        assert!(s.held && s.foreign);
-        assert_eq!(s.host, None);
-        assert_eq!(s.fence, None);
-        assert_eq!(status_from(None, -2, vec![], None), Status::default());
     }
 
     #[test]

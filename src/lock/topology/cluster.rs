@@ -45,8 +45,8 @@ use super::server::{
 };
 use crate::config::{Target, Tls};
 use crate::lease::Stamp;
-use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
-use crate::lock::protocol::ScriptCall;
+use crate::lock::protocol::mutex::{self, AcquireReply};
+use crate::lock::protocol::{status, Protocol, ScriptCall};
 use crate::lock::{
     Attempt, Grant, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck,
     Status, Token,
@@ -66,7 +66,7 @@ const UNDO_AT_LEAST: Duration = Duration::from_millis(50);
 type Addr = (String, u16);
 
 pub struct Cluster {
-    mutex: Mutex,
+    protocol: Protocol,
     /// The hash slot of every key of the lock.
     slot: u16,
     ack: Option<ReplicaAck>,
@@ -106,7 +106,7 @@ impl Cluster {
         ack: Option<ReplicaAck>,
         within: Duration,
     ) -> Result<Cluster, RedisFailure> {
-        let mutex = Mutex::new(&target.key).map_err(|e| {
+        let protocol = Protocol::new(&target.key, target.limit).map_err(|e| {
             // config.rs refuses such names before Redis is contacted; this is a backstop.
             RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
         })?;
@@ -120,8 +120,8 @@ impl Cluster {
             super::server::install_tls_provider();
         }
         let cluster = Cluster {
-            slot: slot(&mutex.keys().lock),
-            mutex,
+            slot: slot(&protocol.keys().lock),
+            protocol,
             ack,
             timeout: target.timeout,
             seeds: seeds.to_vec(),
@@ -354,7 +354,7 @@ impl Cluster {
     /// Take back a write that may have landed, as single.rs does: EVAL of cancel.lua, at
     /// once, so that it takes effect even if its own reply is lost. Best effort.
     async fn undo(&self, token: &Token, within: Duration) {
-        let call = self.mutex.cancel(&token.as_str());
+        let call = self.protocol.cancel(&token.as_str());
         let mut pipe = redis::pipe();
         pipe.add_command(call.eval()).ignore_errors();
         let _ = self.send(&pipe, "release", deadline_in(within)).await;
@@ -383,7 +383,7 @@ impl Cluster {
 
 impl Lock for Cluster {
     fn name(&self) -> &str {
-        &self.mutex.keys().lock
+        &self.protocol.keys().lock
     }
 
     async fn try_acquire(
@@ -395,7 +395,7 @@ impl Lock for Cluster {
     ) -> Result<Attempt, RedisFailure> {
         let counted_from = Stamp::now();
         let deadline = counted_from.checked_add(within);
-        let call = self.mutex.acquire(&token.as_str(), ttl, holder);
+        let call = self.protocol.acquire(&token.as_str(), ttl, holder);
         // As in single.rs: a quarter of the bound is kept for taking the write back.
         let for_script = within - within / 4 + Server::wait_time(self.ack);
         let result = async {
@@ -429,7 +429,7 @@ impl Lock for Cluster {
         within: Duration,
     ) -> Result<Renewal, RedisFailure> {
         let counted_from = Stamp::now();
-        let call = self.mutex.renew(&token.as_str(), ttl);
+        let call = self.protocol.renew(&token.as_str(), ttl);
         let (reply, node) = self.script(&call, self.ack, "the renewal", within).await?;
         match mutex::parse_renew(&reply.value) {
             Some(true) => {
@@ -447,7 +447,7 @@ impl Lock for Cluster {
         keep: Duration,
         within: Duration,
     ) -> Result<Released, RedisFailure> {
-        let call = self.mutex.release(&token.as_str(), keep);
+        let call = self.protocol.release(&token.as_str(), keep);
         let (reply, node) = self.script(&call, None, "release", within).await?;
         mutex::parse_release(&reply.value)
             .ok_or_else(|| Self::unexpected(&node, "release", &reply.value))
@@ -457,20 +457,32 @@ impl Lock for Cluster {
         let deadline = deadline_in(within);
         let owner = self.owner(deadline).await.ok()?;
         let node = self.node(&owner).ok()?;
-        node.subscribe(&self.mutex.keys().released, remaining(deadline))
+        node.subscribe(&self.protocol.keys().released, remaining(deadline))
             .await
+    }
+
+    async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
+        if let Some(waiter) = &holder.waiter {
+            let call = self.protocol.leave(&waiter.id);
+            let _ = self.script(&call, None, "leaving the queue", within).await;
+        }
     }
 
     async fn status(&self) -> Result<Status, RedisFailure> {
         let answer = self
-            .send(&self.mutex.status(), "status", deadline_in(self.timeout))
+            .send(&self.protocol.status(), "status", deadline_in(self.timeout))
             .await?;
-        if let Some(e) = first_error(&answer.replies, answer.node.shown()) {
-            return Err(e);
+        let node = &answer.node;
+        match status::parse(&answer.replies) {
+            Ok(Some(status)) => Ok(status),
+            Ok(None) => Err(Self::unexpected(
+                node,
+                "status",
+                &Value::Array(answer.replies.clone()),
+            )),
+            Err(error) => Err(first_error(std::slice::from_ref(error), node.shown())
+                .unwrap_or_else(|| Self::unexpected(node, "status", error))),
         }
-        let value = Value::Array(answer.replies);
-        mutex::parse_status(value.clone())
-            .ok_or_else(|| Self::unexpected(&answer.node, "status", &value))
     }
 }
 

@@ -4,7 +4,10 @@
 //! - `server`: one connection to one server, the building block of every backend.
 //! - `single`: the mutex on one Redis server.
 //! - `cluster`: the mutex on a Redis Cluster (the master of the lock's slot, followed).
+//! - `quorum`: Redlock, the mutex on N independent masters with a quorum and a fence that
+//!   only grows.
 
 pub mod cluster;
+pub mod quorum;
 pub mod server;
 pub mod single;

@@ -120,7 +120,11 @@ impl Server {
         if self.answered.get() {
             return failure;
         }
-        let dropped = e.is_io_error() || e.is_connection_dropped();
+        // A connection the server closed after the handshake, not one it never accepted
+        // (refused) or never answered (a timeout: wrong port, a server without TLS).
+        let dropped = (e.is_io_error() || e.is_connection_dropped())
+            && !e.is_connection_refusal()
+            && !e.is_timeout();
         if e.to_string().contains("invalid peer certificate") {
             if self.no_ca {
                 return failure.with_hint(CA_HINT);

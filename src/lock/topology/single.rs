@@ -1,7 +1,8 @@
-//! The mutex on one Redis server: the first implementation of the [`Lock`] contract.
+//! A lock on one Redis server: the first implementation of the [`Lock`] contract.
 //!
 //! How it keeps the contract:
-//! - only its own token: the mutex scripts compare before they write;
+//! - only its own token: the scripts (mutex or `--limit` semaphore) compare before they
+//!   write;
 //! - no write left behind: an acquire that failed after its script may have run (a timeout,
 //!   a broken connection, an unreadable reply, too few replica acknowledgements) is taken
 //!   back with the compare-and-delete release, on a new connection if the old one timed out;
@@ -16,7 +17,8 @@ use std::time::Duration;
 use super::server::{first_error, Server};
 use crate::config::Target;
 use crate::lease::Stamp;
-use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
+use crate::lock::protocol::mutex::{self, AcquireReply};
+use crate::lock::protocol::{status, Protocol};
 use crate::lock::{
     Attempt, Grant, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck,
     Status, Token,
@@ -28,7 +30,7 @@ const UNDO_AT_LEAST: Duration = Duration::from_millis(50);
 
 pub struct Single {
     server: Server,
-    mutex: Mutex,
+    protocol: Protocol,
     ack: Option<ReplicaAck>,
     /// Bound on connecting and on each reply (`--connect-timeout`).
     timeout: Duration,
@@ -42,7 +44,7 @@ impl Single {
         ack: Option<ReplicaAck>,
         within: Duration,
     ) -> Result<Single, RedisFailure> {
-        let mutex = Mutex::new(&target.key).map_err(|e| {
+        let protocol = Protocol::new(&target.key, target.limit).map_err(|e| {
             // config.rs refuses such names before Redis is contacted; this is a backstop.
             RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
         })?;
@@ -50,7 +52,7 @@ impl Single {
         server.connect(within).await?;
         Ok(Single {
             server,
-            mutex,
+            protocol,
             ack,
             timeout: target.timeout,
         })
@@ -61,7 +63,7 @@ impl Single {
     /// as EVAL, on a new connection if the last one timed out, so that it takes effect even
     /// if its own reply is lost too. The token is spent: the caller must use a new one. Best effort: if it fails too, the key expires within its TTL.
     async fn undo(&self, token: &Token, within: Duration) {
-        let call = self.mutex.cancel(&token.as_str());
+        let call = self.protocol.cancel(&token.as_str());
         let _ = self.server.eval(&call, "release", within).await;
     }
 
@@ -88,7 +90,7 @@ impl Single {
 
 impl Lock for Single {
     fn name(&self) -> &str {
-        &self.mutex.keys().lock
+        &self.protocol.keys().lock
     }
 
     async fn try_acquire(
@@ -100,7 +102,7 @@ impl Lock for Single {
     ) -> Result<Attempt, RedisFailure> {
         let counted_from = Stamp::now();
         let deadline = counted_from.checked_add(within);
-        let call = self.mutex.acquire(&token.as_str(), ttl, holder);
+        let call = self.protocol.acquire(&token.as_str(), ttl, holder);
         // A quarter of the bound is kept for taking the write back if no reply comes, so
         // that the whole attempt, clean-up included, ends within it.
         let for_script = within - within / 4 + Server::wait_time(self.ack);
@@ -138,7 +140,7 @@ impl Lock for Single {
         within: Duration,
     ) -> Result<Renewal, RedisFailure> {
         let counted_from = Stamp::now();
-        let call = self.mutex.renew(&token.as_str(), ttl);
+        let call = self.protocol.renew(&token.as_str(), ttl);
         let reply = self
             .server
             .script(&call, self.ack, "the renewal", within)
@@ -159,26 +161,43 @@ impl Lock for Single {
         keep: Duration,
         within: Duration,
     ) -> Result<Released, RedisFailure> {
-        let call = self.mutex.release(&token.as_str(), keep);
+        let call = self.protocol.release(&token.as_str(), keep);
         let reply = self.server.script(&call, None, "release", within).await?;
         mutex::parse_release(&reply.value).ok_or_else(|| self.unexpected("release", &reply.value))
     }
 
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
         self.server
-            .subscribe(&self.mutex.keys().released, within)
+            .subscribe(&self.protocol.keys().released, within)
             .await
+    }
+
+    async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
+        if let Some(waiter) = &holder.waiter {
+            let _ = self
+                .server
+                .script(
+                    &self.protocol.leave(&waiter.id),
+                    None,
+                    "leaving the queue",
+                    within,
+                )
+                .await;
+        }
     }
 
     async fn status(&self) -> Result<Status, RedisFailure> {
         let replies = self
             .server
-            .query(&self.mutex.status(), "status", self.timeout)
+            .query(&self.protocol.status(), "status", self.timeout)
             .await?;
-        if let Some(e) = first_error(&replies, self.server.shown()) {
-            return Err(e);
+        match status::parse(&replies) {
+            Ok(Some(status)) => Ok(status),
+            Ok(None) => Err(self.unexpected("status", &redis::Value::Array(replies))),
+            Err(error) => Err(
+                first_error(std::slice::from_ref(error), self.server.shown())
+                    .unwrap_or_else(|| self.unexpected("status", error)),
+            ),
         }
-        let value = redis::Value::Array(replies);
-        mutex::parse_status(value.clone()).ok_or_else(|| self.unexpected("status", &value))
     }
 }

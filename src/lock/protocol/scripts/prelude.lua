@@ -1,0 +1,69 @@
+-- Shared by both acquire scripts (the mutex's and the semaphore's), prepended to each when
+-- it is built (protocol/mod.rs): a script cannot call another one.
+
+-- The queue's two sorted sets, or an error reply if a key holds something else.
+local function check_queue_keys(queue, expiry)
+  for _, key in ipairs({queue, expiry}) do
+    local k = redis.call('TYPE', key).ok
+    if k ~= 'none' and k ~= 'zset' then
+      return redis.error_reply('WRONGTYPE the queue key ' .. key .. ' holds a ' .. k)
+    end
+  end
+end
+
+-- The fence counter's value (0 if none), or nil and an error reply. Lua numbers are doubles:
+-- integers are exact up to 2^53, far beyond microseconds since 1970 (2^53 us is the year
+-- 2255). Anything else in the counter is refused before any write.
+local function last_fence(fence_key)
+  local last = redis.call('GET', fence_key)
+  if not last then
+    return 0
+  end
+  if not string.match(last, '^%d+$') or #last > 16 or tonumber(last) >= 9007199254740991 then
+    return nil, redis.error_reply('WRONGTYPE the fence key ' .. fence_key ..
+      ' does not hold a fence (a decimal integer below 2^53)')
+  end
+  return tonumber(last)
+end
+
+-- The server's clock, in microseconds and in milliseconds.
+local function server_now()
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return now_us, math.floor(now_us / 1000)
+end
+
+-- The next fence: one more than the last, and never behind the server clock in
+-- microseconds, so that it keeps growing even after the counter itself was lost (a restart
+-- without persistence, a failover to a replica that missed it), as long as the server's
+-- clock was not stepped back by more than the time since the previous acquisition.
+local function next_fence(last, now_us)
+  return string.format('%.0f', math.max(last + 1, now_us))
+end
+
+-- Waiters that stopped asking (killed, gone, given up) leave the queue by server time.
+local function reap_waiters(queue, expiry, now_ms)
+  local gone = redis.call('ZRANGEBYSCORE', expiry, '-inf', now_ms, 'LIMIT', 0, 1000)
+  if #gone > 0 then
+    redis.call('ZREM', queue, unpack(gone))
+    redis.call('ZREM', expiry, unpack(gone))
+  end
+end
+
+-- Join the queue (arrival by server time), or keep our place in it for `keep` more ms;
+-- returns our place (1 = next). Both keys live as long as the longest-kept place.
+local function keep_place(queue, expiry, waiter, now_us, now_ms, keep)
+  redis.call('ZADD', queue, 'NX', string.format('%.0f', now_us), waiter)
+  redis.call('ZADD', expiry, string.format('%.0f', now_ms + keep), waiter)
+  local longest = redis.call('ZRANGE', expiry, -1, -1, 'WITHSCORES')
+  local left = math.max(tonumber(longest[2]) - now_ms, 1)
+  redis.call('PEXPIRE', queue, left)
+  redis.call('PEXPIRE', expiry, left)
+  return redis.call('ZRANK', queue, waiter) + 1
+end
+
+-- Leave the queue (the waiter got the lock).
+local function leave_queue(queue, expiry, waiter)
+  redis.call('ZREM', queue, waiter)
+  redis.call('ZREM', expiry, waiter)
+end

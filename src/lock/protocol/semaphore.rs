@@ -1,0 +1,98 @@
+//! The semaphore (`--limit N`, N >= 2): at most N holders of one lock name at once.
+//!
+//! The lock key is a sorted set: each holder's token, scored by when its lease ends on the
+//! server's clock (never a client's). Every script first drops the holders whose lease ended,
+//! so a crashed holder frees its permit within one TTL and there is no second counter to
+//! drift from the set. Each holder renews and releases only its own member; the fence counter
+//! is the mutex's, so fences grow per acquisition across both. The limit is recorded beside
+//! the set, and a client with another limit (or a mutex client) is refused.
+//!
+//! The replies have the mutex's shapes, so `mutex::parse_*` read them.
+
+use std::time::Duration;
+
+use super::keys::Keys;
+use super::mutex::{acquire_args, millis, CANCEL_KEEP};
+use super::{Lua, ScriptCall};
+use crate::lock::HolderInfo;
+
+static ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("scripts/prelude.lua"),
+    include_str!("scripts/semaphore/acquire.lua")
+));
+static RENEW: Lua = Lua::new(include_str!("scripts/semaphore/renew.lua"));
+static RELEASE: Lua = Lua::new(include_str!("scripts/semaphore/release.lua"));
+static CANCEL: Lua = Lua::new(include_str!("scripts/semaphore/cancel.lua"));
+
+/// The semaphore protocol for one lock name.
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    keys: Keys,
+    limit: u32,
+}
+
+impl Semaphore {
+    pub fn new(keys: Keys, limit: u32) -> Semaphore {
+        Semaphore { keys, limit }
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn acquire(&self, token: &str, ttl: Duration, holder: &HolderInfo) -> ScriptCall {
+        let k = &self.keys;
+        ScriptCall::new(
+            &ACQUIRE,
+            &[
+                &k.lock,
+                &k.fence,
+                &k.holders,
+                &k.cancelled,
+                &k.queue,
+                &k.queue_expiry,
+                &k.limit,
+            ],
+            {
+                let mut args = acquire_args(token, ttl, holder);
+                args.push(self.limit.to_string());
+                args
+            },
+        )
+    }
+
+    pub fn renew(&self, token: &str, ttl: Duration) -> ScriptCall {
+        let k = &self.keys;
+        ScriptCall::new(
+            &RENEW,
+            &[&k.lock, &k.holders, &k.limit],
+            vec![
+                token.to_owned(),
+                millis(ttl).to_string(),
+                self.limit.to_string(),
+            ],
+        )
+    }
+
+    pub fn release(&self, token: &str, keep: Duration) -> ScriptCall {
+        let k = &self.keys;
+        ScriptCall::new(
+            &RELEASE,
+            &[&k.lock, &k.holders, &k.released, &k.limit],
+            vec![
+                token.to_owned(),
+                millis(keep).to_string(),
+                self.limit.to_string(),
+            ],
+        )
+    }
+
+    pub fn cancel(&self, token: &str) -> ScriptCall {
+        let k = &self.keys;
+        ScriptCall::new(
+            &CANCEL,
+            &[&k.lock, &k.holders, &k.released, &k.cancelled],
+            vec![token.to_owned(), millis(CANCEL_KEEP).to_string()],
+        )
+    }
+}

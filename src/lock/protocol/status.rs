@@ -1,0 +1,275 @@
+//! `status`: one read-only pipeline that reads either layout (the mutex's string key or the
+//! semaphore's sorted set), so that `status` needs no `--limit` to tell who holds a lock.
+
+use redis::Value;
+
+use super::keys::Keys;
+use super::mutex::text;
+use crate::lock::{Permit, Status};
+
+// Where each reply sits in the pipeline.
+const TYPE: usize = 0;
+const VALUE: usize = 1;
+const PTTL: usize = 2;
+const HOLDER: usize = 3;
+const FENCE: usize = 4;
+const QUEUE_HEAD: usize = 5;
+const QUEUED: usize = 6;
+const PERMITS: usize = 7;
+const HOLDERS: usize = 8;
+const LIMIT: usize = 9;
+const TIME: usize = 10;
+
+/// The read-only pipeline. Replies that do not fit the key's type (GET on a sorted set) come
+/// back as error values and are ignored; see [`parse`].
+pub fn pipeline(k: &Keys) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("TYPE").arg(&k.lock);
+    pipe.cmd("GET").arg(&k.lock);
+    pipe.cmd("PTTL").arg(&k.lock);
+    pipe.cmd("HGETALL").arg(&k.holder);
+    pipe.cmd("GET").arg(&k.fence);
+    pipe.cmd("ZRANGE").arg(&k.queue).arg(0).arg(0);
+    pipe.cmd("ZCARD").arg(&k.queue);
+    pipe.cmd("ZRANGE")
+        .arg(&k.lock)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES");
+    pipe.cmd("HGETALL").arg(&k.holders);
+    pipe.cmd("GET").arg(&k.limit);
+    pipe.cmd("TIME");
+    pipe.ignore_errors();
+    pipe
+}
+
+/// The status in `replies`; `Err` with the error reply that matters (NOAUTH, WRONGTYPE of a
+/// queue key, ...), or `Ok(None)` for replies of an unexpected shape.
+pub fn parse(replies: &[Value]) -> Result<Option<Status>, &Value> {
+    let kind = match replies.get(TYPE) {
+        Some(e @ Value::ServerError(_)) => return Err(e),
+        Some(v) => text(v).unwrap_or_default(),
+        None => return Ok(None),
+    };
+    let relevant: &[usize] = match kind.as_str() {
+        "zset" => &[
+            PERMITS, HOLDERS, LIMIT, TIME, FENCE, QUEUE_HEAD, QUEUED, PTTL,
+        ],
+        _ => &[VALUE, PTTL, HOLDER, FENCE, QUEUE_HEAD, QUEUED],
+    };
+    if let Some(e) = relevant
+        .iter()
+        .filter_map(|&i| replies.get(i))
+        .find(|v| matches!(v, Value::ServerError(_)))
+    {
+        return Err(e);
+    }
+    let status = match kind.as_str() {
+        "zset" => semaphore(replies),
+        _ => mutex(replies),
+    };
+    Ok(status.map(|mut s| {
+        s.queued = int(replies.get(QUEUED)).unwrap_or(0).max(0) as u64;
+        s.queue_head = strings(replies.get(QUEUE_HEAD))
+            .into_iter()
+            .next()
+            .map(|w| waiter_shown(&w));
+        s
+    }))
+}
+
+fn mutex(replies: &[Value]) -> Option<Status> {
+    let value = match replies.get(VALUE)? {
+        Value::Nil => None,
+        v => Some(text(v)?),
+    };
+    let pttl = int(replies.get(PTTL))?;
+    let info = pairs(replies.get(HOLDER));
+    let fence = replies.get(FENCE).and_then(text);
+    Some(status_from(value, pttl, info, fence))
+}
+
+fn status_from(
+    value: Option<String>,
+    pttl: i64,
+    info: Vec<(String, String)>,
+    fence: Option<String>,
+) -> Status {
+    let Some(value) = value else {
+        return Status::default();
+    };
+    let field = |name: &str| info.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let ttl_ms = u64::try_from(pttl).ok();
+    // Holder info counts only if it was written for the value the lock holds now.
+    if field("token").as_deref() != Some(value.as_str()) {
+        return Status {
+            held: true,
+            foreign: true,
+            ttl_ms,
+            ..Status::default()
+        };
+    }
+    Status {
+        held: true,
+        foreign: false,
+        ttl_ms,
+        host: field("host"),
+        pid: field("pid").and_then(|p| p.parse().ok()),
+        command: field("cmd"),
+        acquired_ms: field("acquired_ms").and_then(|p| p.parse().ok()),
+        fence: field("fence").or(fence).and_then(|f| f.parse().ok()),
+        ..Status::default()
+    }
+}
+
+/// The semaphore's holders whose lease has not ended by the server's clock (the scripts drop
+/// the others on their next call; `status` only reads).
+fn semaphore(replies: &[Value]) -> Option<Status> {
+    let time = strings(replies.get(TIME));
+    let secs: u64 = time.first()?.parse().ok()?;
+    let micros: u64 = time.get(1)?.parse().ok()?;
+    let now_ms = secs * 1000 + micros / 1000;
+    let infos = pairs(replies.get(HOLDERS));
+    let mut permits = Vec::new();
+    for (token, score) in pairs(replies.get(PERMITS)) {
+        let Some(ends) = score.parse::<f64>().ok().map(|f| f as u64) else {
+            continue;
+        };
+        if ends <= now_ms {
+            continue;
+        }
+        let info = infos
+            .iter()
+            .find(|(t, _)| *t == token)
+            .map(|(_, i)| i.as_str());
+        let mut fields = info.unwrap_or_default().splitn(5, '\t');
+        let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
+        permits.push(Permit {
+            host: next(),
+            pid: next().and_then(|p| p.parse().ok()),
+            acquired_ms: next().and_then(|p| p.parse().ok()),
+            fence: next().and_then(|p| p.parse().ok()),
+            command: next(),
+            ttl_ms: ends - now_ms,
+        });
+    }
+    let Some(limit) = replies
+        .get(LIMIT)
+        .and_then(text)
+        .and_then(|l| l.parse().ok())
+    else {
+        // No limit recorded: a sorted set of somebody else's (the acquire refuses it).
+        return Some(Status {
+            held: true,
+            foreign: true,
+            ttl_ms: int(replies.get(PTTL)).and_then(|t| u64::try_from(t).ok()),
+            ..Status::default()
+        });
+    };
+    let limit = Some(limit);
+    Some(Status {
+        held: !permits.is_empty(),
+        limit,
+        permits,
+        ..Status::default()
+    })
+}
+
+/// A waiter id for people: `host pid` (the id is `RANDOM host pid`, see `HolderInfo`).
+fn waiter_shown(id: &str) -> String {
+    id.split_once(' ').map_or(id, |(_, who)| who).to_owned()
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// An array reply as strings (RESP2 flat arrays; RESP3 maps and pairs are flattened).
+fn strings(v: Option<&Value>) -> Vec<String> {
+    fn flatten(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Array(items) | Value::Set(items) => {
+                items.iter().for_each(|i| flatten(i, out));
+            }
+            Value::Map(entries) => entries.iter().for_each(|(k, v)| {
+                flatten(k, out);
+                flatten(v, out);
+            }),
+            Value::Double(d) => out.push(d.to_string()),
+            other => out.extend(text(other)),
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(v) = v {
+        flatten(v, &mut out);
+    }
+    out
+}
+
+/// A flat `k1 v1 k2 v2` reply (HGETALL, ZRANGE WITHSCORES) as pairs.
+fn pairs(v: Option<&Value>) -> Vec<(String, String)> {
+    let flat = strings(v);
+    flat.chunks_exact(2)
+        .map(|c| (c[0].clone(), c[1].clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn status_ignores_holder_info_of_another_value() {
+        let info = vec![
+            ("token".to_owned(), "old".to_owned()),
+            ("host".to_owned(), "h".to_owned()),
+        ];
+        let s = status_from(Some("new".into()), 900, info, Some("7".into()));
+        assert!(s.held && s.foreign);
+        assert_eq!(s.host, None);
+        assert_eq!(s.fence, None);
+        assert_eq!(status_from(None, -2, vec![], None), Status::default());
+    }
+
+    #[test]
+    fn reads_a_semaphore_and_skips_ended_leases() {
+        // (On a real server the GET comes back as a WRONGTYPE error value: the
+        // integration tests read a live semaphore.)
+        let replies = vec![
+            Value::SimpleString("zset".into()),
+            Value::Nil,
+            Value::Int(5000),
+            Value::Array(vec![]),
+            bulk("12"),
+            Value::Array(vec![bulk("x w2 8")]),
+            Value::Int(1),
+            Value::Array(vec![bulk("t1"), bulk("1500"), bulk("t2"), bulk("9000")]),
+            Value::Array(vec![bulk("t2"), bulk("web1\t7\t1000\t11\tsleep 1")]),
+            bulk("3"),
+            Value::Array(vec![bulk("2"), bulk("0")]),
+        ];
+        let s = parse(&replies).unwrap().unwrap();
+        assert!(s.held);
+        assert_eq!(s.limit, Some(3));
+        assert_eq!(s.queued, 1);
+        assert_eq!(s.queue_head.as_deref(), Some("w2 8"));
+        assert_eq!(
+            s.permits,
+            vec![Permit {
+                host: Some("web1".into()),
+                pid: Some(7),
+                acquired_ms: Some(1000),
+                fence: Some(11),
+                command: Some("sleep 1".into()),
+                ttl_ms: 7000,
+            }]
+        );
+    }
+}

@@ -1,0 +1,546 @@
+//! Redlock: the mutex on N independent masters, held while a quorum Q (> N/2) of them hold it.
+//!
+//! Every operation sends the same mutex script to all nodes at once, each call bounded on its
+//! own, and counts the answers:
+//! - acquire: granted on >= Q nodes with lease time left, then the fence write-back (below),
+//!   then granted. Anything less is taken back on every node that may hold a write (the
+//!   cancel script, sent as EVAL, so that a late arrival cannot land), then busy or a failure;
+//! - renew: compare-then-PEXPIRE everywhere; renewed when >= Q confirmed in time, lost when
+//!   so many said "gone" that Q can no longer confirm, else a (transient) failure;
+//! - release: everywhere; released when >= Q released;
+//! - status: each node's view, and the quorum's.
+//!
+//! # The fence
+//! Each node's acquire script returns `f_i = max(F_i + 1, TIME_i)`. The maximum of the f_i
+//! over the nodes that granted is *not* enough: the largest counter may live on a node that
+//! the next holder never asks (two majorities meet in one node, not in the node that had the
+//! largest counter), and its fence would then go backwards. So the maximum `f` is written
+//! back (`counter := max(counter, f)`, only where the lock still holds our token) and the
+//! grant counts only once >= Q nodes took it. Any later grant meets one of those nodes, where
+//! it was either given before our key was set (an earlier holder) or after our write-back,
+//! and reads a counter >= f there, so its own fence is > f. Skipped when >= Q nodes returned
+//! `f` already (their counters are at `f`). The lease counts from before the first send, and
+//! the time left is checked after the write-back.
+//!
+//! # Bounds
+//! Each node's acquire and write-back get a short bound: a twentieth of the ttl (at least
+//! 100 ms), within the supervisor's bound, so that one frozen node costs only that. Renewals,
+//! releases and status calls get the bound the supervisor gives, each node in parallel.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use futures_util::stream;
+
+use super::server::{first_error, Server};
+use crate::config::{QuorumNodes, Target};
+use crate::lease::{self, Stamp};
+use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
+use crate::lock::protocol::{status, ScriptCall};
+use crate::lock::{
+    Attempt, FailureKind, Grant, Holder, HolderInfo, Lock, NodeStatus, RedisFailure,
+    ReleaseNotices, Released, Renewal, Status, Token,
+};
+
+/// The least bound on one node's acquire or write-back: a round trip on a real network with
+/// room to spare, even for short ttls.
+const NODE_BOUND_FLOOR: Duration = Duration::from_millis(100);
+
+/// The least time given to taking back writes, even when the attempt used up its bound.
+const UNDO_AT_LEAST: Duration = Duration::from_millis(50);
+
+pub struct Quorum {
+    nodes: Vec<Server>,
+    /// How many nodes must agree.
+    quorum: usize,
+    mutex: Mutex,
+    /// Bound on connecting and on each status reply (`--connect-timeout`).
+    timeout: Duration,
+}
+
+/// What one node answered to an acquire.
+enum Vote {
+    Granted(u64),
+    Busy(Holder),
+    /// The node refused this token: the run cancelled it there after a lost reply.
+    Cancelled,
+    Failed(RedisFailure),
+}
+
+impl Vote {
+    /// A write of this attempt may be on the node (or still on its way to it).
+    fn may_hold_write(&self) -> bool {
+        match self {
+            Vote::Granted(_) => true,
+            Vote::Failed(e) => e.may_have_written(),
+            Vote::Busy(_) | Vote::Cancelled => false,
+        }
+    }
+}
+
+impl Quorum {
+    /// Connect to the masters of `nodes`; at least a quorum must answer within `within`.
+    pub async fn open(
+        nodes: &QuorumNodes,
+        target: &Target,
+        within: Duration,
+    ) -> Result<Quorum, RedisFailure> {
+        let mutex = Mutex::new(&target.key).map_err(|e| {
+            // config.rs refuses such names before Redis is contacted; this is a backstop.
+            RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
+        })?;
+        let servers = nodes
+            .nodes
+            .iter()
+            .map(|(info, shown)| Server::new(info, &target.tls, shown))
+            .collect::<Result<Vec<_>, _>>()?;
+        let quorum = Quorum {
+            nodes: servers,
+            quorum: nodes.quorum,
+            mutex,
+            timeout: target.timeout,
+        };
+        let connected = join_all(quorum.nodes.iter().map(|n| n.connect(within))).await;
+        let failures: Vec<RedisFailure> = connected.into_iter().filter_map(Result::err).collect();
+        let up = quorum.nodes.len() - failures.len();
+        if up < quorum.quorum {
+            return Err(quorum.too_few("answered", up, &failures, false));
+        }
+        Ok(quorum)
+    }
+
+    fn n(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// A quorum not reached: `got` nodes did `what`. The kind is the nodes' own when they
+    /// agree on one that retrying cannot fix (a wrong password), else unreachable (worth
+    /// another try).
+    fn too_few(
+        &self,
+        what: &str,
+        got: usize,
+        failures: &[RedisFailure],
+        maybe_sent: bool,
+    ) -> RedisFailure {
+        let kind = failures
+            .iter()
+            .map(|f| f.kind)
+            .find(|k| *k != FailureKind::Unreachable)
+            .unwrap_or(FailureKind::Unreachable);
+        let first = failures
+            .first()
+            .map(|f| format!("; {f}"))
+            .unwrap_or_default();
+        RedisFailure::of_many(
+            kind,
+            format!("{} of {} Redlock masters", self.n() - got, self.n()),
+            format!(
+                "only {got} of {} {what}, {} needed{first}",
+                self.n(),
+                self.quorum
+            ),
+            maybe_sent,
+        )
+    }
+
+    /// Each node's bound for one acquire or write-back: short, so that a frozen node costs
+    /// little of the lease, and together they leave a quarter of `within` for the take-back.
+    fn node_bound(ttl: Duration, within: Duration) -> Duration {
+        (ttl / 20).max(NODE_BOUND_FLOOR).min(within * 3 / 8)
+    }
+
+    async fn vote(&self, node: &Server, call: &ScriptCall, bound: Duration) -> Vote {
+        match node.script(call, None, "acquire", bound).await {
+            Ok(reply) => match mutex::parse_acquire(&reply.value) {
+                Some(AcquireReply::Granted { fence }) => Vote::Granted(fence),
+                Some(AcquireReply::Busy(holder)) => Vote::Busy(holder),
+                None if mutex::is_cancelled(&reply.value) => Vote::Cancelled,
+                None => Vote::Failed(unexpected(node, "acquire", &reply.value)),
+            },
+            Err(e) => Vote::Failed(e),
+        }
+    }
+
+    /// Raise the counter to `fence` on the nodes that granted; how many took it.
+    async fn write_back(
+        &self,
+        token: &Token,
+        fence: u64,
+        votes: &[Vote],
+        bound: Duration,
+    ) -> usize {
+        let already = votes
+            .iter()
+            .filter(|v| matches!(v, Vote::Granted(f) if *f == fence))
+            .count();
+        if already >= self.quorum {
+            return already;
+        }
+        let call = self.mutex.raise_fence(&token.as_str(), fence);
+        let raised = join_all(self.nodes.iter().zip(votes).map(|(node, vote)| {
+            let call = &call;
+            async move {
+                if !matches!(vote, Vote::Granted(_)) {
+                    return false;
+                }
+                match node.script(call, None, "the fence write-back", bound).await {
+                    Ok(reply) => mutex::parse_raise_fence(&reply.value) == Some(true),
+                    Err(_) => false,
+                }
+            }
+        }))
+        .await;
+        raised.into_iter().filter(|r| *r).count()
+    }
+
+    /// Take back every write this attempt may have left. Where a node granted and the
+    /// attempt ends busy, a compare-and-delete release does (the reply is in hand, nothing is
+    /// under way); everywhere else, and always when `cancel`, the cancel script, so that a
+    /// request still on its way cannot land later. Best effort: what fails expires within
+    /// the ttl.
+    async fn undo(&self, token: &Token, votes: &[Vote], cancel: bool, within: Duration) {
+        let release = self.mutex.release(&token.as_str(), Duration::ZERO);
+        let cancel_call = self.mutex.cancel(&token.as_str());
+        join_all(self.nodes.iter().zip(votes).map(|(node, vote)| {
+            let (release, cancel_call) = (&release, &cancel_call);
+            async move {
+                if !vote.may_hold_write() {
+                    return;
+                }
+                if matches!(vote, Vote::Granted(_)) && !cancel {
+                    let _ = node.script(release, None, "release", within).await;
+                } else {
+                    let _ = node.eval(cancel_call, "release", within).await;
+                }
+            }
+        }))
+        .await;
+    }
+
+    /// Who holds the lock on the most nodes that said busy.
+    fn majority_holder(votes: &[Vote]) -> Holder {
+        let busy: Vec<&Holder> = votes
+            .iter()
+            .filter_map(|v| match v {
+                Vote::Busy(h) => Some(h),
+                _ => None,
+            })
+            .collect();
+        let same = |a: &Holder, b: &Holder| a.host == b.host && a.pid == b.pid;
+        busy.iter()
+            .max_by_key(|h| busy.iter().filter(|o| same(h, o)).count())
+            .map(|h| (*h).clone())
+            .unwrap_or_default()
+    }
+}
+
+fn unexpected(node: &Server, what: &str, reply: &redis::Value) -> RedisFailure {
+    RedisFailure::unexpected(
+        node.shown(),
+        format!("unexpected reply to {what}: {reply:?}"),
+    )
+}
+
+impl Lock for Quorum {
+    fn name(&self) -> &str {
+        &self.mutex.keys().lock
+    }
+
+    async fn try_acquire(
+        &self,
+        token: &Token,
+        ttl: Duration,
+        holder: &HolderInfo,
+        within: Duration,
+    ) -> Result<Attempt, RedisFailure> {
+        // The lease counts from before the first byte goes to any node.
+        let counted_from = Stamp::now();
+        let deadline = counted_from.checked_add(within);
+        let bound = Self::node_bound(ttl, within);
+        // No waiters' queue with Redlock: each node would keep its own, and heads that differ
+        // between nodes could block each other for good.
+        let holder = HolderInfo {
+            waiter: None,
+            ..holder.clone()
+        };
+        let call = self.mutex.acquire(&token.as_str(), ttl, &holder);
+        let votes: Vec<Vote> =
+            join_all(self.nodes.iter().map(|node| self.vote(node, &call, bound))).await;
+
+        let fences: Vec<u64> = votes
+            .iter()
+            .filter_map(|v| match v {
+                Vote::Granted(f) => Some(*f),
+                _ => None,
+            })
+            .collect();
+        let failures: Vec<RedisFailure> = votes
+            .iter()
+            .filter_map(|v| match v {
+                Vote::Failed(e) => Some(e.clone()),
+                _ => None,
+            })
+            .collect();
+        let answered = self.n() - failures.len();
+        let left = || deadline.map_or(Duration::ZERO, |d| Stamp::now().until(d));
+
+        let failure = if fences.len() >= self.quorum {
+            let fence = fences.iter().copied().max().unwrap_or_default();
+            let raised = self.write_back(token, fence, &votes, bound).await;
+            let valid = lease::deadline(counted_from, ttl).is_some_and(|d| Stamp::now() < d);
+            if raised >= self.quorum && valid {
+                return Ok(Attempt::Granted(Grant {
+                    fence,
+                    counted_from,
+                }));
+            }
+            if raised < self.quorum {
+                self.too_few("took the fence write-back", raised, &failures, true)
+            } else {
+                RedisFailure::of_many(
+                    FailureKind::Unreachable,
+                    format!("{} Redlock masters", self.n()),
+                    format!(
+                        "the lock was granted by {} but too slowly: no lease time was left",
+                        fences.len()
+                    ),
+                    true,
+                )
+            }
+        } else if answered >= self.quorum {
+            // Enough nodes answered, and too many of them hold another value: busy. What this
+            // attempt got is given back first.
+            self.undo(token, &votes, false, left().max(UNDO_AT_LEAST))
+                .await;
+            return Ok(Attempt::Busy(Self::majority_holder(&votes)));
+        } else {
+            let wrote = votes.iter().any(Vote::may_hold_write);
+            self.too_few("answered", answered, &failures, wrote)
+        };
+        self.undo(token, &votes, true, left().max(UNDO_AT_LEAST))
+            .await;
+        Err(failure)
+    }
+
+    async fn renew(
+        &self,
+        token: &Token,
+        ttl: Duration,
+        within: Duration,
+    ) -> Result<Renewal, RedisFailure> {
+        let counted_from = Stamp::now();
+        let call = self.mutex.renew(&token.as_str(), ttl);
+        let replies = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.script(&call, None, "the renewal", within)),
+        )
+        .await;
+        let (mut renewed, mut lost, mut failures) = (0, 0, Vec::new());
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            match reply.map(|r| (mutex::parse_renew(&r.value), r.value)) {
+                Ok((Some(true), _)) => renewed += 1,
+                Ok((Some(false), _)) => lost += 1,
+                Ok((None, value)) => failures.push(unexpected(node, "the renewal", &value)),
+                Err(e) => failures.push(e),
+            }
+        }
+        if renewed >= self.quorum {
+            Ok(Renewal::Renewed { counted_from })
+        } else if lost > self.n() - self.quorum {
+            // So many nodes lost the token that a quorum can never confirm it again.
+            Ok(Renewal::Lost)
+        } else {
+            Err(self.too_few("confirmed the renewal", renewed, &failures, true))
+        }
+    }
+
+    async fn release(
+        &self,
+        token: &Token,
+        keep: Duration,
+        within: Duration,
+    ) -> Result<Released, RedisFailure> {
+        let call = self.mutex.release(&token.as_str(), keep);
+        let replies = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.script(&call, None, "release", within)),
+        )
+        .await;
+        let (mut released, mut other, mut failures) = (0, 0, Vec::new());
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            match reply.map(|r| (mutex::parse_release(&r.value), r.value)) {
+                Ok((Some(Released::Released), _)) => released += 1,
+                Ok((Some(Released::HeldByOther), _)) => other += 1,
+                Ok((Some(Released::Gone), _)) => {}
+                Ok((None, value)) => failures.push(unexpected(node, "release", &value)),
+                Err(e) => failures.push(e),
+            }
+        }
+        if released >= self.quorum {
+            Ok(Released::Released)
+        } else if released + failures.len() >= self.quorum {
+            // The nodes that did not answer may have held it: nothing can be said.
+            Err(self.too_few("answered the release", released, &failures, true))
+        } else if other >= self.quorum {
+            Ok(Released::HeldByOther)
+        } else {
+            Ok(Released::Gone)
+        }
+    }
+
+    async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
+        // Any node's announcement is the hint; subscribe on all that answer.
+        let channel = &self.mutex.keys().released;
+        let subscribed: Vec<ReleaseNotices> = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.subscribe(channel, within)),
+        )
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+        if subscribed.is_empty() {
+            return None;
+        }
+        let streams = subscribed.into_iter().map(|notices| {
+            Box::pin(stream::unfold(notices, |mut notices| async move {
+                notices.next().await;
+                Some(((), notices))
+            }))
+        });
+        Some(ReleaseNotices::new((), stream::select_all(streams)))
+    }
+
+    async fn leave_queue(&self, _holder: &HolderInfo, _within: Duration) {
+        // Never queued (see try_acquire).
+    }
+
+    async fn status(&self) -> Result<Status, RedisFailure> {
+        let pipe = status::pipeline(self.mutex.keys());
+        let replies = join_all(self.nodes.iter().map(|node| {
+            let pipe = &pipe;
+            async move {
+                let replies = node.query(pipe, "status", self.timeout).await?;
+                match status::parse(&replies) {
+                    Ok(Some(status)) => Ok(status),
+                    Ok(None) => Err(unexpected(node, "status", &redis::Value::Array(replies))),
+                    Err(error) => Err(first_error(std::slice::from_ref(error), node.shown())
+                        .unwrap_or_else(|| unexpected(node, "status", error))),
+                }
+            }
+        }))
+        .await;
+        let failures: Vec<RedisFailure> = replies.iter().filter_map(|r| r.clone().err()).collect();
+        let answered = self.n() - failures.len();
+        if answered < self.quorum {
+            return Err(self.too_few("answered", answered, &failures, false));
+        }
+        let nodes: Vec<NodeStatus> = self
+            .nodes
+            .iter()
+            .zip(replies)
+            .map(|(node, reply)| NodeStatus {
+                server: node.shown().to_owned(),
+                status: reply.map_err(|e| e.to_string()),
+            })
+            .collect();
+        let view = quorum_view(&nodes, self.quorum);
+        Ok(Status { nodes, ..view })
+    }
+}
+
+/// What the nodes' statuses add up to: held when >= `quorum` nodes hold the lock for the
+/// same holder; its ttl is the time until fewer than `quorum` still hold it, its fence the
+/// highest.
+pub fn quorum_view(nodes: &[NodeStatus], quorum: usize) -> Status {
+    let held: Vec<&Status> = nodes
+        .iter()
+        .filter_map(|n| n.status.as_ref().ok())
+        .filter(|s| s.held)
+        .collect();
+    let same = |a: &Status, b: &Status| {
+        a.foreign == b.foreign && a.host == b.host && a.pid == b.pid && a.command == b.command
+    };
+    let Some(first) = held
+        .iter()
+        .max_by_key(|s| held.iter().filter(|o| same(s, o)).count())
+    else {
+        return Status::default();
+    };
+    let group: Vec<&Status> = held.iter().copied().filter(|s| same(first, s)).collect();
+    if group.len() < quorum {
+        return Status::default();
+    }
+    // No TTL (a foreign key that never expires) outlasts any TTL.
+    let mut ttls: Vec<u64> = group.iter().map(|s| s.ttl_ms.unwrap_or(u64::MAX)).collect();
+    ttls.sort_unstable_by(|a, b| b.cmp(a));
+    let ttl = ttls[quorum - 1];
+    Status {
+        held: true,
+        foreign: first.foreign,
+        ttl_ms: (ttl != u64::MAX).then_some(ttl),
+        host: first.host.clone(),
+        pid: first.pid,
+        command: first.command.clone(),
+        acquired_ms: group.iter().filter_map(|s| s.acquired_ms).min(),
+        fence: group.iter().filter_map(|s| s.fence).max(),
+        ..Status::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(status: Result<Status, String>) -> NodeStatus {
+        NodeStatus {
+            server: "redis://h".into(),
+            status,
+        }
+    }
+
+    fn held_by(pid: u32, ttl: u64, fence: u64) -> Status {
+        Status {
+            held: true,
+            host: Some("h".into()),
+            pid: Some(pid),
+            ttl_ms: Some(ttl),
+            fence: Some(fence),
+            ..Status::default()
+        }
+    }
+
+    #[test]
+    fn the_quorum_view_needs_a_quorum_of_one_holder() {
+        let nodes = [
+            node(Ok(held_by(1, 900, 5))),
+            node(Ok(held_by(1, 1000, 7))),
+            node(Ok(held_by(1, 800, 6))),
+        ];
+        let view = quorum_view(&nodes, 2);
+        assert!(view.held);
+        assert_eq!(
+            (view.pid, view.ttl_ms, view.fence),
+            (Some(1), Some(900), Some(7))
+        );
+
+        let split = [
+            node(Ok(held_by(1, 900, 5))),
+            node(Ok(held_by(2, 1000, 7))),
+            node(Err("unreachable".into())),
+        ];
+        assert_eq!(quorum_view(&split, 2), Status::default());
+    }
+
+    #[test]
+    fn node_bounds_are_short_but_not_too_short() {
+        let s = Duration::from_secs;
+        assert_eq!(Quorum::node_bound(s(30), s(5)), Duration::from_millis(1500));
+        assert_eq!(Quorum::node_bound(s(1), s(5)), NODE_BOUND_FLOOR);
+        assert_eq!(Quorum::node_bound(s(30), s(1)), Duration::from_millis(375));
+    }
+}

@@ -1,0 +1,588 @@
+//! Redlock (`--redis` given N >= 3 times): runs with a node down, exit 69 without a quorum
+//! and nothing left behind, a frozen node during the run, concurrent waiters while a node is
+//! killed and restarted empty, the fence write-back (the naive maximum goes backwards; ours
+//! does not), busy, `status`, usage errors, `REDLOCK_REDIS` with several URLs, passwords.
+
+use std::fs;
+
+use crate::common::proxy::FaultProxy;
+use crate::common::quorum::Nodes;
+use crate::common::*;
+
+const KEY: &str = "redlock:k";
+
+fn fence_of(out: &Outcome) -> u64 {
+    out.stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("REDLOCK_FENCE not an integer\n{out}"))
+}
+
+#[test]
+fn runs_with_one_of_three_nodes_down_and_releases_the_others() {
+    let mut nodes = Nodes::start(3);
+    let dir = scratch();
+    nodes.servers[1].kill();
+    let out = nodes
+        .wrapper("k")
+        .args([
+            "--ttl",
+            "1s",
+            "-c",
+            "echo \"$REDLOCK_FENCE\" > fence; sleep 1.5",
+        ])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(0);
+    assert!(!read_trimmed(&dir.path().join("fence")).is_empty(), "{out}");
+    for i in [0, 2] {
+        assert!(
+            !nodes.servers[i].exists(KEY),
+            "node {i} kept the lock\n{out}"
+        );
+    }
+}
+
+#[test]
+fn two_of_three_down_exits_69_and_leaves_nothing_on_the_live_node() {
+    let mut nodes = Nodes::start(3);
+    let dir = scratch();
+    nodes.servers[0].kill();
+    nodes.servers[2].kill();
+    let out = nodes
+        .wrapper("k")
+        .args(["--connect-timeout", "2s", "-c", "touch ran"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    let line = out.expect_one_line();
+    assert!(line.contains("2 of 3 Redlock masters"), "{out}");
+    assert!(!dir.path().join("ran").exists(), "the command ran\n{out}");
+    assert_eq!(
+        nodes.servers[1].dbsize(),
+        0,
+        "keys left on the live node\n{out}"
+    );
+}
+
+/// Two nodes frozen: connections open (the kernel accepts them), but the acquire gets no
+/// reply from them. The one grant is taken back, and the requests still queued on the frozen
+/// nodes cannot land once they thaw (they are cancelled).
+#[test]
+fn two_of_three_frozen_exits_69_and_no_write_lands_later() {
+    let nodes = Nodes::start(3);
+    let dir = scratch();
+    nodes.servers[0].pause();
+    nodes.servers[2].pause();
+    let out = nodes
+        .wrapper("k")
+        .args(["--connect-timeout", "2s", "--ttl", "20s", "-c", "touch ran"])
+        .current_dir(dir.path())
+        .run();
+    nodes.servers[0].resume();
+    nodes.servers[2].resume();
+    out.expect_code(69);
+    assert!(!dir.path().join("ran").exists(), "the command ran\n{out}");
+    // The thawed nodes run whatever was queued for them; none may end up holding the lock.
+    std::thread::sleep(ms(500));
+    wait_until(secs(10), "no node to hold the lock", || {
+        nodes.holding(KEY) == 0
+    });
+    for (i, s) in nodes.servers.iter().enumerate() {
+        assert!(
+            !s.exists("{redlock:k}:holder"),
+            "node {i} kept holder info\n{out}"
+        );
+    }
+}
+
+#[test]
+fn a_frozen_node_mid_run_does_not_stop_the_command() {
+    let nodes = Nodes::start(3);
+    let dir = scratch();
+    let mut run = nodes
+        .wrapper("k")
+        .args(["--ttl", "1s", "-v"])
+        .sh("echo $$ > started; sleep 3; touch finished")
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+    nodes.servers[2].pause();
+    let out = run.wait(secs(30));
+    nodes.servers[2].resume();
+    out.expect_code(0);
+    assert!(dir.path().join("finished").exists(), "{out}");
+    assert!(
+        out.stderr.matches("renewed").count() >= 4,
+        "expected quorum renewals while node 2 was frozen\n{out}"
+    );
+}
+
+/// Six waiters on three nodes; one node is killed mid-way and restarted empty (its lock
+/// keys and fence counter gone). No two commands overlap, and the fences grow in the order
+/// the commands started.
+#[test]
+fn concurrent_waiters_never_overlap_and_fences_grow_across_a_node_restart() {
+    let mut nodes = Nodes::start(3);
+    let dir = scratch();
+    let script = "mkdir held 2>/dev/null || touch overlap; echo \"$REDLOCK_FENCE\" >> fences; \
+                  sleep 0.3; rmdir held";
+    let runs: Vec<Running> = (0..6)
+        .map(|_| {
+            nodes
+                .wrapper("k")
+                .args(["--ttl", "2s", "--wait", "60s"])
+                .sh(script)
+                .current_dir(dir.path())
+                .spawn()
+        })
+        .collect();
+    let fences_file = dir.path().join("fences");
+    let lines = || {
+        fs::read_to_string(&fences_file)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    wait_until(secs(30), "two runs to start", || lines() >= 2);
+    nodes.servers[1].kill();
+    wait_until(secs(30), "a run to start with node 1 down", || lines() >= 3);
+    nodes.servers[1].restart();
+    for run in runs {
+        run.wait(secs(60)).expect_code(0);
+    }
+    assert!(
+        !dir.path().join("overlap").exists(),
+        "two commands overlapped"
+    );
+    let fences: Vec<u64> = fs::read_to_string(&fences_file)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(fences.len(), 6, "{fences:?}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences not strictly increasing in start order: {fences:?}"
+    );
+}
+
+/// One acquire script call as the wrapper makes it, on one node; its fence when granted.
+fn acquire_on(server: &RedisServer, token: &str) -> u64 {
+    let out = server.cli(&[
+        "EVAL",
+        concat!(
+            include_str!("../../src/lock/protocol/scripts/prelude.lua"),
+            include_str!("../../src/lock/protocol/scripts/acquire.lua")
+        ),
+        "6",
+        KEY,
+        "{redlock:k}:fence",
+        "{redlock:k}:holder",
+        "{redlock:k}:cancelled",
+        "{redlock:k}:queue",
+        "{redlock:k}:queue-expiry",
+        token,
+        "60000",
+        "60000",
+        "h",
+        "1",
+        "cmd",
+        "",
+        "60000",
+    ]);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("1"), "not granted: {out}");
+    lines.next().and_then(|f| f.parse().ok()).unwrap()
+}
+
+const AHEAD: u64 = 9_000_000_000_000_000;
+
+/// The rule "fence = the largest fence among the nodes that granted" goes backwards: node 1's
+/// counter is far ahead; A locks {0, 1}, B later locks {0, 2}, which never saw node 1's
+/// counter. Computed with the acquire script itself on real servers.
+#[test]
+fn the_naive_maximum_of_a_majority_goes_backwards() {
+    let nodes = Nodes::start(3);
+    nodes.servers[1].cli(&["SET", "{redlock:k}:fence", &AHEAD.to_string()]);
+    let a = acquire_on(&nodes.servers[0], "A").max(acquire_on(&nodes.servers[1], "A"));
+    assert_eq!(a, AHEAD + 1);
+    for s in &nodes.servers[..2] {
+        s.cli(&["DEL", KEY]);
+    }
+    let b = acquire_on(&nodes.servers[0], "B").max(acquire_on(&nodes.servers[2], "B"));
+    assert!(
+        b < a,
+        "expected the naive rule to go backwards: A {a}, B {b}"
+    );
+}
+
+/// The same history through the wrapper: A runs while node 2 is down, B while node 1 is
+/// down. With the write-back, B's fence is above A's.
+#[test]
+fn a_node_far_ahead_does_not_make_later_fences_go_backwards() {
+    let mut nodes = Nodes::start(3);
+    nodes.servers[1].cli(&["SET", "{redlock:k}:fence", &AHEAD.to_string()]);
+    let echo = ["-c", "echo \"$REDLOCK_FENCE\""];
+
+    nodes.servers[2].kill();
+    let a = nodes.wrapper("k").args(echo).run();
+    a.expect_code(0);
+    let fence_a = fence_of(&a);
+    assert_eq!(fence_a, AHEAD + 1, "{a}");
+
+    nodes.servers[2].restart();
+    nodes.servers[1].kill();
+    let b = nodes.wrapper("k").args(echo).run();
+    b.expect_code(0);
+    let fence_b = fence_of(&b);
+    assert!(
+        fence_b > fence_a,
+        "fence went backwards: A {fence_a}, then B {fence_b}\n{b}"
+    );
+
+    // And on: every later acquisition goes higher still.
+    nodes.servers[1].restart();
+    let c = nodes.wrapper("k").args(echo).run();
+    c.expect_code(0);
+    assert!(fence_of(&c) > fence_b, "{c}");
+}
+
+#[test]
+fn busy_on_a_majority_exits_75_naming_the_holder() {
+    let nodes = Nodes::start(3);
+    let dir = scratch();
+    let mut holder = nodes
+        .wrapper("k")
+        .sh("echo $$ > started; sleep 30")
+        .current_dir(dir.path())
+        .spawn();
+    holder.child_pid(&dir.path().join("started"), secs(10));
+    let out = nodes
+        .wrapper("k")
+        .args(["-c", "touch ran"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(75);
+    let line = out.expect_one_line();
+    assert!(
+        line.contains("busy") && line.contains(&format!("pid {}", holder.pid)),
+        "{out}"
+    );
+    assert!(!dir.path().join("ran").exists());
+    // The busy attempt took nothing: the holder still has every node.
+    assert_eq!(nodes.holding(KEY), 3);
+}
+
+#[test]
+fn status_shows_the_quorum_and_each_node() {
+    let mut nodes = Nodes::start(3);
+    let dir = scratch();
+    let status = |nodes: &Nodes, json: bool| {
+        let mut w = Wrapper::new()
+            .arg("status")
+            .args(nodes.redis_args())
+            .args(["--key", "k"]);
+        if json {
+            w = w.arg("--json");
+        }
+        w.run()
+    };
+    let free = status(&nodes, false);
+    free.expect_code(0);
+    assert_eq!(free.stdout.lines().count(), 4, "{free}");
+    assert_eq!(
+        free.stdout.lines().next(),
+        Some("redlock:k: free"),
+        "{free}"
+    );
+
+    let mut holder = nodes
+        .wrapper("k")
+        .sh("echo $REDLOCK_FENCE > fence; echo $$ > started; sleep 30")
+        .current_dir(dir.path())
+        .spawn();
+    holder.child_pid(&dir.path().join("started"), secs(10));
+    let fence = read_trimmed(&dir.path().join("fence"));
+    nodes.servers[2].kill();
+
+    let text = status(&nodes, false);
+    text.expect_code(0);
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[0].starts_with("redlock:k: held by ") && lines[0].contains(&fence),
+        "{text}"
+    );
+    let url = |i: usize| nodes.servers[i].url();
+    assert!(
+        lines[1].starts_with(&format!("  {}: held by", url(0))),
+        "{text}"
+    );
+    assert!(
+        lines[3].starts_with(&format!("  {}: no answer", url(2))),
+        "{text}"
+    );
+
+    let json = status(&nodes, true);
+    json.expect_code(0);
+    let out = json.stdout.trim();
+    assert_eq!(json_field(out, "held"), "true", "{json}");
+    assert_eq!(json_field(out, "fence"), fence, "{json}");
+    assert!(
+        out.contains(&format!(
+            "\"nodes\":[{{\"redis\":\"{}\",\"held\":true",
+            url(0)
+        )),
+        "{json}"
+    );
+    assert!(
+        out.contains(&format!("{{\"redis\":\"{}\",\"error\":\"", url(2))),
+        "{json}"
+    );
+
+    // No quorum of the masters answers: 69.
+    nodes.servers[1].kill();
+    status(&nodes, false).expect_code(69);
+}
+
+#[test]
+fn bad_redlock_command_lines_exit_2_without_touching_redis() {
+    let nodes = Nodes::start(3);
+    let dir = scratch();
+    let u: Vec<String> = nodes.urls();
+    let r = |i: usize| ["--redis".to_owned(), u[i].clone()];
+    let three: Vec<String> = (0..3).flat_map(r).collect();
+    let cases: Vec<(&str, Vec<String>, &str)> = vec![
+        ("two servers", (0..2).flat_map(r).collect(), "at least 3"),
+        (
+            "quorum too small",
+            [three.clone(), vec!["--quorum".into(), "1".into()]].concat(),
+            "--quorum 1",
+        ),
+        (
+            "quorum too large",
+            [three.clone(), vec!["--quorum".into(), "4".into()]].concat(),
+            "--quorum 4",
+        ),
+        (
+            "min-replicas",
+            [three.clone(), vec!["--min-replicas".into(), "1".into()]].concat(),
+            "--min-replicas",
+        ),
+        (
+            "limit",
+            [three.clone(), vec!["--limit".into(), "2".into()]].concat(),
+            "--limit is not supported with Redlock",
+        ),
+        (
+            "same server twice",
+            [three.clone(), r(0).to_vec()].concat(),
+            "the same server",
+        ),
+        (
+            "sentinel among several",
+            [
+                three.clone(),
+                vec![
+                    "--redis".into(),
+                    "redis+sentinel://127.0.0.1:26379/m".into(),
+                ],
+            ]
+            .concat(),
+            "plain server",
+        ),
+        (
+            "cluster among several",
+            [
+                three.clone(),
+                vec!["--redis".into(), "redis+cluster://127.0.0.1:7000".into()],
+            ]
+            .concat(),
+            "plain server",
+        ),
+        (
+            "quorum with one server",
+            vec![
+                "--redis".into(),
+                u[0].clone(),
+                "--quorum".into(),
+                "1".into(),
+            ],
+            "--quorum",
+        ),
+    ];
+    for (what, args, needle) in cases {
+        let out = Wrapper::new()
+            .args(&args)
+            .args(["--key", "k", "-c", "touch ran"])
+            .current_dir(dir.path())
+            .run();
+        out.expect_code(2);
+        let line = out.expect_one_line();
+        assert!(line.contains(needle), "{what}: {needle:?} missing\n{out}");
+        assert!(!dir.path().join("ran").exists(), "{what}: the command ran");
+    }
+    for s in &nodes.servers {
+        assert_eq!(s.dbsize(), 0);
+    }
+}
+
+#[test]
+fn redlock_redis_holds_several_urls_and_an_even_count_is_warned_about() {
+    let nodes = Nodes::start(4);
+    let dir = scratch();
+    let urls = nodes.urls();
+    let env = format!("{} {}\t{}\n{}", urls[0], urls[1], urls[2], urls[3]);
+    let script = format!(
+        "for p in {}; do redis-cli -p $p EXISTS {KEY} >> held; done",
+        nodes
+            .servers
+            .iter()
+            .map(|s| s.port().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let out = Wrapper::new()
+        .env("REDLOCK_REDIS", &env)
+        .args(["--key", "k", "-c", &script])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(0);
+    out.expect_stderr_contains("even number of masters (4)");
+    assert_eq!(
+        fs::read_to_string(dir.path().join("held")).unwrap(),
+        "1\n1\n1\n1\n",
+        "not every node held the lock\n{out}"
+    );
+}
+
+#[test]
+fn passwords_stay_hidden_in_redlock_messages() {
+    let password = "Zq9Xw7Jm";
+    let nodes = Nodes::start_with(3, &["--requirepass", "the-real-one"]);
+    let with_pw = |i: usize| format!("redis://:{password}@127.0.0.1:{}", nodes.servers[i].port());
+    let redis = |n: usize, node: &dyn Fn(usize) -> usize| -> Vec<String> {
+        (0..n)
+            .flat_map(|i| ["--redis".to_owned(), with_pw(node(i))])
+            .collect()
+    };
+    // (the --redis arguments, the exit code, whether a URL is named)
+    let runs = [
+        // Refused authentication on every node.
+        (redis(3, &|i| i), 69, true),
+        // Two URLs; the same server twice.
+        (redis(2, &|i| i), 2, false),
+        (redis(3, &|i| i.min(1)), 2, true),
+    ];
+    for (args, code, named) in runs {
+        let out = Wrapper::new()
+            .args(&args)
+            .args(["--key", "k", "-v", "--connect-timeout", "2s", "--", "true"])
+            .run();
+        out.expect_code(code);
+        assert!(!out.stderr.contains("Xw7"), "password shown\n{out}");
+        assert_eq!(out.stderr.contains(":***@"), named, "{out}");
+    }
+}
+
+#[test]
+fn password_file_applies_to_every_node() {
+    let nodes = Nodes::start_with(3, &["--requirepass", "the-real-one"]);
+    let dir = scratch();
+    let file = dir.path().join("pw");
+    fs::write(&file, "the-real-one\n").unwrap();
+    let out = nodes
+        .wrapper("k")
+        .arg("--password-file")
+        .arg(&file)
+        .args(["--", "true"])
+        .run();
+    out.expect_code(0);
+}
+
+/// A waiter's acquire gets stuck on two nodes (its connections there go silently dead) and
+/// arrives only after the attempt was given up: the take-back cancelled it, so it cannot
+/// land, even after the waiter has run and gone.
+#[test]
+fn a_late_acquire_cannot_land_after_the_take_back() {
+    let nodes = Nodes::start(3);
+    let dir = scratch();
+    let proxies: Vec<FaultProxy> = [0, 2]
+        .iter()
+        .map(|&i| FaultProxy::start(([127, 0, 0, 1], nodes.servers[i].port()).into()))
+        .collect();
+    let mut holder = nodes
+        .wrapper("k")
+        .sh(
+            "echo $$ > a-started; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.05; \
+             i=$((i+1)); done",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    holder.child_pid(&dir.path().join("a-started"), secs(10));
+    let waiter = Wrapper::new()
+        .args([
+            "--redis",
+            &proxies[0].url(),
+            "--redis",
+            &nodes.servers[1].url(),
+        ])
+        .args([
+            "--redis",
+            &proxies[1].url(),
+            "--key",
+            "k",
+            "--ttl",
+            "20s",
+            "--wait",
+            "30s",
+        ])
+        .args(["-v", "-c", "touch b-ran"])
+        .current_dir(dir.path())
+        .spawn();
+    let waiting = poll_until(secs(10), || waiter.stderr_so_far().contains("waiting"));
+    assert!(waiting, "the waiter did not wait\n{}", waiter.describe());
+    for p in &proxies {
+        p.freeze_all();
+    }
+    fs::write(dir.path().join("go"), "").unwrap();
+    holder.wait(secs(10)).expect_code(0);
+    let out = waiter.wait(secs(40));
+    out.expect_code(0);
+    assert!(dir.path().join("b-ran").exists(), "{out}");
+    assert!(
+        out.stderr.contains("retrying"),
+        "no attempt met the frozen nodes\n{out}"
+    );
+    for p in &proxies {
+        p.thaw_all();
+    }
+    let landed = poll_until(secs(2), || nodes.holding(KEY) > 0);
+    assert!(!landed, "a late acquire landed after the take-back\n{out}");
+}
+
+/// The token gone from one node: the quorum still renews. Gone from a majority: lost, the
+/// command is stopped, exit 74.
+#[test]
+fn losing_the_key_on_a_majority_stops_the_command_but_one_node_does_not() {
+    let nodes = Nodes::start(3);
+    let dir = scratch();
+    let mut run = nodes
+        .wrapper("k")
+        .args(["--ttl", "1s"])
+        .sh("echo $$ > started; sleep 1.5; touch one-gone; sleep 1.5; touch finished")
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+    nodes.servers[0].cli(&["DEL", KEY]);
+    run.wait_for_file(&dir.path().join("one-gone"), secs(10));
+    assert!(run.is_running(), "{}", run.describe());
+    nodes.servers[1].cli(&["DEL", KEY]);
+    let out = run.wait(secs(30));
+    out.expect_code(74);
+    assert!(
+        !dir.path().join("finished").exists(),
+        "the command was not stopped\n{out}"
+    );
+}
