@@ -1,7 +1,8 @@
 //! `redis+cluster://`: locks on every master, each on its slot's owner; busy, status, a waiter
 //! woken by the release, fences; a lost lock; `--min-replicas` on the key's master; the slot
 //! migrated mid-run (ASK, then MOVED); the key's master killed and its replica promoted
-//! mid-run; an unrelated master frozen with an empty script cache; usage errors; secrets.
+//! mid-run; an unrelated master frozen with an empty script cache; usage errors; secrets;
+//! `--limit 2`; `rediss+cluster://`.
 
 use std::fs;
 use std::thread;
@@ -463,4 +464,45 @@ fn cluster_over_tls() {
         .run();
     out.expect_code(69);
     out.expect_stderr_contains("--tls-ca-cert");
+}
+
+/// `--limit 2` on a cluster: the semaphore's keys share the lock's slot too, so two hold it
+/// at once on the slot's master, and a third is busy.
+#[test]
+fn limit_two_on_a_cluster() {
+    let cluster = Cluster::start(3, 0);
+    let dir = scratch();
+    let key = "redlock:pair";
+    let owner = &cluster.nodes[cluster.owner_of(key)];
+    let holders: Vec<(Running, i32)> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let mut run = cluster
+                .wrapper("pair")
+                .args(["--limit", "2"])
+                .sh(&format!(
+                    "echo $$ > {name}.tmp; mv {name}.tmp {name}; i=0; \
+                     while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"
+                ))
+                .current_dir(dir.path())
+                .spawn();
+            let pid = run.child_pid(&dir.path().join(name), secs(10));
+            (run, pid)
+        })
+        .collect();
+    assert_eq!(
+        owner.cli_int(&["ZCARD", key]),
+        2,
+        "both permits on the slot's master"
+    );
+    cluster
+        .wrapper("pair")
+        .args(["--limit", "2", "--", "true"])
+        .run()
+        .expect_code(75);
+    fs::write(dir.path().join("go"), "").unwrap();
+    for (run, _) in holders {
+        run.wait(secs(20)).expect_code(0);
+    }
+    assert!(!owner.exists(key), "both released");
 }
