@@ -27,7 +27,7 @@ function __fish_redlock_run_using_subcommand
 end
 
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s k -l key -d 'Lock name; the Redis key is PREFIX + KEY' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]. Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l quorum -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r
@@ -55,7 +55,7 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -s V -l version -d
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "status" -d 'Tell who holds a lock: host, pid, command, age, TTL left, fence'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s k -l key -d 'Lock name; the Redis key is PREFIX + KEY' -r
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]. Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l quorum -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l prefix -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)' -r

@@ -57,6 +57,8 @@ pub struct Target {
 pub enum Endpoint {
     /// One server: `redis://`, `rediss://`, `valkey://`, `valkeys://`, `unix://`.
     Single(redis::ConnectionInfo),
+    /// A Redis Cluster, found through its seed nodes: `redis+cluster://`, `rediss+cluster://`.
+    Cluster(Vec<redis::ConnectionInfo>),
     /// Redlock: `--redis` given 3 or more times, each a plain server.
     Quorum(QuorumNodes),
     /// A master named by sentinels: `redis+sentinel://`, `rediss+sentinel://`.
@@ -139,6 +141,7 @@ impl Endpoint {
     pub fn uses_tls(&self) -> bool {
         match self {
             Endpoint::Single(info) => is_tls(info),
+            Endpoint::Cluster(seeds) => seeds.iter().any(is_tls),
             // QuorumNodes::parse refuses a mix.
             Endpoint::Quorum(q) => q.nodes.iter().all(|(info, _)| is_tls(info)),
             Endpoint::Sentinel(spec) => spec.tls,
@@ -307,6 +310,13 @@ impl Target {
             let password = read_password(path)?;
             endpoint = match endpoint {
                 Endpoint::Single(info) => Endpoint::Single(with_password(info, &password)),
+                // Every node of a cluster takes the same credentials.
+                Endpoint::Cluster(seeds) => Endpoint::Cluster(
+                    seeds
+                        .into_iter()
+                        .map(|info| with_password(info, &password))
+                        .collect(),
+                ),
                 Endpoint::Quorum(mut q) => {
                     for (info, _) in &mut q.nodes {
                         *info = with_password(info.clone(), &password);

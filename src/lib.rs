@@ -9,6 +9,7 @@
 //! - `tls_files`: `--tls-*` certificate files checked before Redis is contacted.
 //! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
 //! - `sentinel_url`: the `redis+sentinel://` form of `--redis`.
+//! - `cluster_url`: `redis+cluster://` URLs (a Redis Cluster's seed nodes).
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
 //! - `tree`: the command as its whole process tree, beyond its group and session: a cgroup v2
 //!   of its own where one can be made, else the subreaper's descendants in /proc.
@@ -24,6 +25,7 @@
 pub mod backoff;
 pub mod child;
 pub mod cli;
+pub mod cluster_url;
 pub mod config;
 pub mod exit;
 pub mod lease;

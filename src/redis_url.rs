@@ -13,6 +13,9 @@ pub fn parse(url: &str) -> Result<Endpoint, String> {
     if let Some(sentinel) = crate::sentinel_url::parse(url)? {
         return Ok(Endpoint::Sentinel(sentinel));
     }
+    if let Some(seeds) = crate::cluster_url::parse(url) {
+        return seeds.map(Endpoint::Cluster);
+    }
     parse_server(url).map(Endpoint::Single)
 }
 
@@ -45,7 +48,7 @@ pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
         other => {
             return Err(format!(
                 "--redis {shown}: unknown scheme '{other}' (use redis://, rediss:// (TLS), \
-                 valkey://, valkeys:// or unix://)"
+                 valkey://, valkeys://, unix://, redis+sentinel:// or redis+cluster://)"
             ))
         }
     }

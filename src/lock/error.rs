@@ -52,7 +52,10 @@ impl RedisFailure {
             || err.is_timeout()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
-            || matches!(code, "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN")
+            || matches!(
+                code,
+                "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "CLUSTERDOWN"
+            )
         {
             FailureKind::Unreachable
         } else {
@@ -72,6 +75,17 @@ impl RedisFailure {
             server: server.to_owned(),
             detail: format!("no reply to {what} in time"),
             maybe_sent: true,
+        }
+    }
+
+    /// Unreachable for a reason the servers reported in a reply (a cluster with no master for
+    /// a slot); transient, and nothing was written.
+    pub fn unreachable(server: &str, detail: impl Into<String>) -> Self {
+        RedisFailure {
+            kind: FailureKind::Unreachable,
+            server: server.to_owned(),
+            detail: detail.into(),
+            maybe_sent: false,
         }
     }
 

@@ -6,7 +6,9 @@
 //! - **Topology** (`topology/`): how commands reach servers. `topology/server.rs` is one
 //!   connection to one server (replaced after any timeout; EVALSHA with an EVAL fallback; a
 //!   write and its WAIT in one pipeline); `topology/single.rs` is the first backend: the mutex
-//!   on one server; `topology/quorum.rs` is Redlock: the mutex on N independent masters.
+//!   on one server; `topology/quorum.rs` is Redlock: the mutex on N independent masters;
+//!   `topology/cluster.rs` the mutex on a Redis Cluster (the master of the lock's slot,
+//!   followed through MOVED, ASK and failovers).
 //!
 //! `Backend` below names every backend; `open` picks one for a target. Adding a topology means
 //! a file under `topology/`, a variant here and its URL parsing in `config.rs`: the supervisor
@@ -258,6 +260,7 @@ impl ReleaseNotices {
 #[allow(clippy::large_enum_variant)] // one per run: its size does not matter
 pub enum Backend {
     Single(topology::single::Single),
+    Cluster(topology::cluster::Cluster),
     Quorum(topology::quorum::Quorum),
     Sentinel(topology::single::Single<topology::sentinel::Sentinel>),
 }
@@ -274,6 +277,9 @@ pub async fn open(
         Endpoint::Single(info) => {
             Backend::Single(topology::single::Single::open(info, target, ack, within).await?)
         }
+        Endpoint::Cluster(seeds) => {
+            Backend::Cluster(topology::cluster::Cluster::open(seeds, target, ack, within).await?)
+        }
         Endpoint::Quorum(nodes) => {
             Backend::Quorum(topology::quorum::Quorum::open(nodes, target, within).await?)
         }
@@ -287,6 +293,7 @@ impl Lock for Backend {
     fn name(&self) -> &str {
         match self {
             Backend::Single(b) => b.name(),
+            Backend::Cluster(b) => b.name(),
             Backend::Quorum(b) => b.name(),
             Backend::Sentinel(b) => b.name(),
         }
@@ -301,6 +308,7 @@ impl Lock for Backend {
     ) -> Result<Attempt, RedisFailure> {
         match self {
             Backend::Single(b) => b.try_acquire(token, ttl, holder, within).await,
+            Backend::Cluster(b) => b.try_acquire(token, ttl, holder, within).await,
             Backend::Quorum(b) => b.try_acquire(token, ttl, holder, within).await,
             Backend::Sentinel(b) => b.try_acquire(token, ttl, holder, within).await,
         }
@@ -314,6 +322,7 @@ impl Lock for Backend {
     ) -> Result<Renewal, RedisFailure> {
         match self {
             Backend::Single(b) => b.renew(token, ttl, within).await,
+            Backend::Cluster(b) => b.renew(token, ttl, within).await,
             Backend::Quorum(b) => b.renew(token, ttl, within).await,
             Backend::Sentinel(b) => b.renew(token, ttl, within).await,
         }
@@ -327,6 +336,7 @@ impl Lock for Backend {
     ) -> Result<Released, RedisFailure> {
         match self {
             Backend::Single(b) => b.release(token, keep, within).await,
+            Backend::Cluster(b) => b.release(token, keep, within).await,
             Backend::Quorum(b) => b.release(token, keep, within).await,
             Backend::Sentinel(b) => b.release(token, keep, within).await,
         }
@@ -335,6 +345,7 @@ impl Lock for Backend {
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
         match self {
             Backend::Single(b) => b.release_notices(within).await,
+            Backend::Cluster(b) => b.release_notices(within).await,
             Backend::Quorum(b) => b.release_notices(within).await,
             Backend::Sentinel(b) => b.release_notices(within).await,
         }
@@ -343,6 +354,7 @@ impl Lock for Backend {
     async fn status(&self) -> Result<Status, RedisFailure> {
         match self {
             Backend::Single(b) => b.status().await,
+            Backend::Cluster(b) => b.status().await,
             Backend::Quorum(b) => b.status().await,
             Backend::Sentinel(b) => b.status().await,
         }
@@ -351,6 +363,7 @@ impl Lock for Backend {
     async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
         match self {
             Backend::Single(b) => b.leave_queue(holder, within).await,
+            Backend::Cluster(b) => b.leave_queue(holder, within).await,
             Backend::Quorum(b) => b.leave_queue(holder, within).await,
             Backend::Sentinel(b) => b.leave_queue(holder, within).await,
         }

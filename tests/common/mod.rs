@@ -21,6 +21,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod proxy;
 pub mod quorum;
 pub mod sentinel;

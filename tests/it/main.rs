@@ -28,6 +28,10 @@
 //! - `fencing`: `REDLOCK_FENCE` ordering, a stale writer rejected, a corrupt counter refused.
 //! - `replicas`: `--min-replicas` acknowledgement of the acquire and of renewals.
 //! - `terminal`: the command on a pseudo-terminal, the live waiting line, `stty tostop`.
+//! - `cluster`: `redis+cluster://`: locks on every master, busy, status, a woken waiter,
+//!   fences, `--min-replicas`, the lock's slot migrated and its master failed over mid-run,
+//!   a frozen unrelated master, usage errors and secrets, `--limit`, TLS (harness:
+//!   `tests/common/cluster.rs`).
 //! - `tls`: a TLS server with a CA made by the harness: `--tls-ca-cert`, client certificates
 //!   (`--tls-cert`/`--tls-key`), an unknown CA (exit 69), bad TLS options (exit 2).
 //! - `tree`: the command's whole process tree (`setsid`, `timeout(1)`, double forks) is
@@ -51,6 +55,7 @@ mod common;
 
 mod acquire;
 mod child;
+mod cluster;
 mod completion;
 mod docs;
 mod fencing;

@@ -205,25 +205,7 @@ impl Server {
                 .query_until(&with_wait(call.eval(), ack), what, deadline)
                 .await?;
         }
-        let mut replies = replies.into_iter();
-        let value = replies.next().unwrap_or(Value::Nil);
-        if let Value::ServerError(err) = value {
-            return Err(RedisFailure::from_redis(&err.into(), &self.shown));
-        }
-        let acked = match (ack, replies.next()) {
-            (None, _) => None,
-            (Some(_), Some(Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
-            (Some(_), Some(Value::ServerError(err))) => {
-                return Err(RedisFailure::from_redis(&err.into(), &self.shown))
-            }
-            (Some(_), other) => {
-                return Err(RedisFailure::unexpected(
-                    &self.shown,
-                    format!("unexpected reply to WAIT: {other:?}"),
-                ))
-            }
-        };
-        Ok(ScriptReply { value, acked })
+        script_reply(replies, ack, &self.shown)
     }
 
     /// Run `call` as EVAL at once, without a WAIT: for a write that must take effect even
@@ -305,7 +287,7 @@ impl Drop for ForgetOnDrop<'_> {
     }
 }
 
-fn with_wait(cmd: redis::Cmd, ack: Option<ReplicaAck>) -> Pipeline {
+pub fn with_wait(cmd: redis::Cmd, ack: Option<ReplicaAck>) -> Pipeline {
     let mut pipe = redis::pipe();
     pipe.add_command(cmd);
     if let Some(ack) = ack {
@@ -318,8 +300,36 @@ fn with_wait(cmd: redis::Cmd, ack: Option<ReplicaAck>) -> Pipeline {
     pipe
 }
 
-fn is_noscript(reply: Option<&Value>) -> bool {
+pub fn is_noscript(reply: Option<&Value>) -> bool {
     matches!(reply, Some(Value::ServerError(e)) if e.code() == "NOSCRIPT")
+}
+
+/// The replies of a script pipeline (`with_wait`) as the script's reply and, with `ack`, how
+/// many replicas acknowledged; an error reply of either as a failure of `shown`.
+pub fn script_reply(
+    replies: Vec<Value>,
+    ack: Option<ReplicaAck>,
+    shown: &str,
+) -> Result<ScriptReply, RedisFailure> {
+    let mut replies = replies.into_iter();
+    let value = replies.next().unwrap_or(Value::Nil);
+    if let Value::ServerError(err) = value {
+        return Err(RedisFailure::from_redis(&err.into(), shown));
+    }
+    let acked = match (ack, replies.next()) {
+        (None, _) => None,
+        (Some(_), Some(Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
+        (Some(_), Some(Value::ServerError(err))) => {
+            return Err(RedisFailure::from_redis(&err.into(), shown))
+        }
+        (Some(_), other) => {
+            return Err(RedisFailure::unexpected(
+                shown,
+                format!("unexpected reply to WAIT: {other:?}"),
+            ))
+        }
+    };
+    Ok(ScriptReply { value, acked })
 }
 
 /// The first error reply among `replies`, as a failure.

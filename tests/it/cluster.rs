@@ -1,0 +1,508 @@
+//! `redis+cluster://`: locks on every master, each on its slot's owner; busy, status, a waiter
+//! woken by the release, fences; a lost lock; `--min-replicas` on the key's master; the slot
+//! migrated mid-run (ASK, then MOVED); the key's master killed and its replica promoted
+//! mid-run; an unrelated master frozen with an empty script cache; usage errors; secrets;
+//! `--limit 2`; `rediss+cluster://`.
+
+use std::fs;
+use std::thread;
+
+use crate::common::cluster::Cluster;
+use crate::common::*;
+
+/// A child that says it started (its pid in `started`) and runs until the file `go` exists.
+const UNTIL_GO: &str = "echo $$ > started; i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do \
+                        sleep 0.05; i=$((i+1)); done";
+
+/// Lock names (without the `redlock:` prefix) whose keys the cluster spreads over every
+/// master, one per master.
+fn one_name_per_master(cluster: &Cluster, masters: usize) -> Vec<(String, usize)> {
+    let mut found: Vec<(String, usize)> = Vec::new();
+    for i in 0..1000 {
+        let name = format!("job{i}");
+        let owner = cluster.owner_of(&format!("redlock:{name}"));
+        if !found.iter().any(|(_, o)| *o == owner) {
+            found.push((name, owner));
+        }
+        if found.len() == masters {
+            return found;
+        }
+    }
+    panic!("no names spread over {masters} masters: {found:?}");
+}
+
+/// Several locks, each held with `--hold-at-least` so that its keys stay behind: every key
+/// of a lock lands on the master of its slot, `status` reads it there, and its fence grows.
+#[test]
+fn locks_on_every_master_land_on_their_slot_owner() {
+    let cluster = Cluster::start(3, 0);
+    for (name, owner) in one_name_per_master(&cluster, 3) {
+        let key = format!("redlock:{name}");
+        let first = cluster.wrapper(&name).sh("echo $REDLOCK_FENCE").run();
+        first.expect_code(0);
+        let out = cluster
+            .wrapper(&name)
+            .args(["--hold-at-least", "30s"])
+            .sh("echo $REDLOCK_FENCE")
+            .run();
+        out.expect_code(0);
+        let fences: Vec<u64> = [&first, &out]
+            .iter()
+            .map(|o| o.stdout.trim().parse().expect("REDLOCK_FENCE"))
+            .collect();
+        assert!(fences[0] < fences[1], "fences must grow: {fences:?}");
+        let node = &cluster.nodes[owner];
+        assert!(
+            node.exists(&key),
+            "{key} not on its slot's master {owner}\n{out}"
+        );
+        assert!(
+            node.pttl(&key) > 20_000,
+            "--hold-at-least keeps {key}\n{out}"
+        );
+        assert_eq!(node.cli_int(&["EXISTS", &format!("{{{key}}}:fence")]), 1);
+        let status = Wrapper::new()
+            .args([
+                "status",
+                "--redis",
+                &cluster.url(),
+                "--key",
+                &name,
+                "--json",
+            ])
+            .run();
+        status.expect_code(0);
+        let json = status.stdout.trim();
+        assert_eq!(json_field(json, "held"), "true", "{status}");
+        assert_eq!(json_field(json, "fence"), fences[1].to_string(), "{status}");
+        // Another run meets the held lock.
+        cluster.wrapper(&name).sh("true").run().expect_code(75);
+    }
+}
+
+/// Busy (75), `status` while held, a waiter woken by the release announcement, fences that
+/// grow, and a lock overwritten mid-run (74).
+#[test]
+fn busy_status_wait_and_a_lost_lock() {
+    let cluster = Cluster::start(3, 0);
+    let dir = scratch();
+    let key = "redlock:shared";
+    let owner = &cluster.nodes[cluster.owner_of(key)];
+
+    let mut a = cluster
+        .wrapper("shared")
+        .sh(&format!("echo $REDLOCK_FENCE > a-fence; {UNTIL_GO}"))
+        .current_dir(dir.path())
+        .spawn();
+    a.child_pid(&dir.path().join("started"), secs(10));
+    let busy = cluster
+        .wrapper("shared")
+        .sh("touch b-ran")
+        .current_dir(dir.path())
+        .run();
+    busy.expect_code(75);
+    assert!(!dir.path().join("b-ran").exists());
+    let status = Wrapper::new()
+        .args(["status", "--redis", &cluster.url(), "--key", "shared"])
+        .run();
+    status.expect_code(0);
+    assert!(status.stdout.contains("held by"), "{status}");
+    fs::write(dir.path().join("go"), "").unwrap();
+    a.wait(secs(20)).expect_code(0);
+    assert!(!owner.exists(key), "released");
+    let a_fence: u64 = read_trimmed(&dir.path().join("a-fence")).parse().unwrap();
+
+    // A waiter subscribes while the lock is busy, and acts on the announcement at once
+    // rather than at its next poll (by now 125 to 250 ms apart). Both moments are read on
+    // the server's clock (the release's TIME, the new holder's acquired_ms), so the time
+    // the command takes to start does not count.
+    let channel = format!("{{{key}}}:released");
+    let holder = format!("{{{key}}}:holder");
+    owner.cli(&["SET", key, "someone", "PX", "60000"]);
+    let mut waiter = cluster
+        .wrapper("shared")
+        .args(["--wait", "30s"])
+        .sh("echo $REDLOCK_FENCE > c-fence.tmp; mv c-fence.tmp c-fence; sleep 3")
+        .current_dir(dir.path())
+        .spawn();
+    waiter.wait_until(secs(10), "waiter subscribed", || {
+        owner.cli(&["PUBSUB", "NUMSUB", &channel]).ends_with('1')
+    });
+    thread::sleep(secs(2));
+    let time = owner.cli(&[
+        "EVAL",
+        "redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[2], '1') \
+         local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)",
+        "2",
+        key,
+        &channel,
+    ]);
+    let released_ms: u64 = time.trim().parse().expect("TIME in ms");
+    waiter.wait_for_file(&dir.path().join("c-fence"), secs(10));
+    let acquired_ms: u64 = owner
+        .cli(&["HGET", &holder, "acquired_ms"])
+        .parse()
+        .expect("acquired_ms of the waiter");
+    waiter.wait(secs(10)).expect_code(0);
+    let delay = ms(acquired_ms.saturating_sub(released_ms));
+    assert!(
+        delay < ms(100),
+        "waiter acquired {delay:?} after the release"
+    );
+    let c_fence: u64 = read_trimmed(&dir.path().join("c-fence")).parse().unwrap();
+    assert!(a_fence < c_fence, "fences {a_fence} then {c_fence}");
+
+    // Someone overwrites the lock: the next renewal finds it gone, the command is stopped.
+    fs::remove_file(dir.path().join("go")).unwrap();
+    fs::remove_file(dir.path().join("started")).unwrap();
+    let mut d = cluster
+        .wrapper("shared")
+        .args(["--ttl", "1s"])
+        .sh(UNTIL_GO)
+        .current_dir(dir.path())
+        .spawn();
+    let child = d.child_pid(&dir.path().join("started"), secs(10));
+    owner.cli(&["SET", key, "intruder", "PX", "60000"]);
+    d.wait(secs(10)).expect_code(74);
+    assert!(!pid_alive(child));
+    assert_eq!(owner.get(key).as_deref(), Some("intruder"), "left alone");
+}
+
+/// `--min-replicas` counts the replicas of the key's master: one is there, two are not.
+#[test]
+fn min_replicas_counts_the_replicas_of_the_keys_master() {
+    let cluster = Cluster::start(3, 1);
+    cluster
+        .wrapper("r")
+        .args([
+            "--min-replicas",
+            "1",
+            "--replica-timeout",
+            "1s",
+            "--",
+            "true",
+        ])
+        .run()
+        .expect_code(0);
+    let out = cluster
+        .wrapper("r")
+        .args(["--min-replicas", "2", "--replica-timeout", "300ms"])
+        .args(["--", "true"])
+        .run();
+    out.expect_code(69);
+    out.expect_stderr_contains("only 1 of 2 replicas acknowledged");
+    let owner = &cluster.nodes[cluster.owner_of("redlock:r")];
+    assert!(!owner.exists("redlock:r"), "taken back\n{out}");
+}
+
+/// The lock's slot moves to another master while the command runs. While its keys are
+/// on the new master but the slot is still migrating, the old one answers ASK; once the
+/// migration is done, MOVED. Renewals follow both (with a 1 s ttl, a renewal that did not
+/// would end the run within a second), and the release reaches the new master.
+#[test]
+fn the_locks_slot_migrates_while_the_command_runs() {
+    let cluster = Cluster::start(3, 0);
+    let dir = scratch();
+    let key = "redlock:moving";
+    let slot = cluster.slot(key);
+    let from = cluster.owner_of(key);
+    let to = cluster.other_master(from);
+    let mut run = cluster
+        .wrapper("moving")
+        .args(["--ttl", "1s", "-v"])
+        .sh(UNTIL_GO)
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+
+    cluster.begin_migration(slot, from, to);
+    thread::sleep(ms(1200));
+    assert!(
+        run.is_running(),
+        "renewals while migrating\n{}",
+        run.describe()
+    );
+    cluster.move_keys(slot, from, to);
+    assert!(cluster.nodes[to].cli_int(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]) >= 2);
+    // Renewals now get ASK from the old master and go to the new one.
+    thread::sleep(ms(2000));
+    assert!(run.is_running(), "renewals after ASK\n{}", run.describe());
+    cluster.finish_migration(slot, to);
+    assert_eq!(cluster.owner_of(key), to);
+    // And now MOVED.
+    thread::sleep(ms(2000));
+    assert!(run.is_running(), "renewals after MOVED\n{}", run.describe());
+    let ttl = cluster.nodes[to].pttl(key);
+    assert!(ttl > 0, "the lock lives on the new master (pttl {ttl})");
+
+    fs::write(dir.path().join("go"), "").unwrap();
+    let out = run.wait(secs(20));
+    out.expect_code(0);
+    assert!(!out.stderr.contains("renewal failed"), "{out}");
+    assert!(
+        !cluster.nodes[to].exists(key),
+        "released on the new master\n{out}"
+    );
+}
+
+/// The key's master dies mid-run and its replica takes over (about 2 s with a 1 s node
+/// timeout). The lock was on the replica, so renewals find the new master and the command
+/// carries on; a second wrapper waiting for the lock runs only after the first has ended.
+#[test]
+fn the_keys_master_fails_over_while_the_command_runs() {
+    let mut cluster = Cluster::start(3, 1);
+    let dir = scratch();
+    let key = "redlock:failover";
+    let master = cluster.owner_of(key);
+    let mut a = cluster
+        .wrapper("failover")
+        .args(["--ttl", "6s", "-v"])
+        .sh(&format!("{UNTIL_GO}; touch a-ended"))
+        .current_dir(dir.path())
+        .spawn();
+    let a_child = a.child_pid(&dir.path().join("started"), secs(10));
+    // The lock, its fence and holder keys are on the replica before the master dies: a
+    // failover with asynchronous replication can lose a write made just before it.
+    let replica = cluster
+        .nodes
+        .iter()
+        .enumerate()
+        .skip(3)
+        .find(|(i, _)| i % 3 == master)
+        .map(|(i, _)| i)
+        .unwrap();
+    wait_until(secs(10), "the lock on the replica", || {
+        cluster.nodes[replica].dbsize() == cluster.nodes[master].dbsize()
+    });
+    let promoted = cluster.kill_and_fail_over(master);
+    assert_eq!(cluster.owner_of(key), promoted);
+
+    let b = cluster
+        .wrapper("failover")
+        .args(["--wait", "60s"])
+        .sh(&format!(
+            "if kill -0 {a_child} 2>/dev/null; then touch overlap; fi; touch b-ran"
+        ))
+        .current_dir(dir.path())
+        .spawn();
+    thread::sleep(secs(3));
+    assert!(
+        a.is_running(),
+        "A carries on after the failover\n{}",
+        a.describe()
+    );
+    assert!(!dir.path().join("b-ran").exists(), "B must wait for A");
+    fs::write(dir.path().join("go"), "").unwrap();
+    let a_out = a.wait(secs(30));
+    a_out.expect_code(0);
+    let b_out = b.wait(secs(30));
+    b_out.expect_code(0);
+    assert!(
+        !dir.path().join("overlap").exists(),
+        "B ran while A's command ran\n{a_out}\n{b_out}"
+    );
+}
+
+/// A master that has nothing to do with the lock is frozen (SIGSTOP), and the script cache
+/// of the key's master is empty: NOSCRIPT is answered with EVAL to the key's master alone,
+/// so the run neither waits for the frozen node nor fails. A SCRIPT LOAD sent to every
+/// master would wait for the frozen one until the bound.
+#[test]
+fn a_frozen_unrelated_master_does_not_stall_a_run() {
+    // Without full coverage the other masters keep serving when the frozen one is
+    // declared failed (after 2 node timeouts), as a real cluster would for its other slots
+    // while a replica takes over.
+    let cluster = Cluster::start_with(3, 0, &["--cluster-require-full-coverage", "no"]);
+    let dir = scratch();
+    let key = "redlock:frozen";
+    let owner = cluster.owner_of(key);
+    let frozen = cluster.other_master(owner);
+    for m in 0..3 {
+        cluster.nodes[m].cli(&["SCRIPT", "FLUSH"]);
+    }
+    cluster.nodes[frozen].pause();
+    let out = cluster
+        .wrapper("frozen")
+        .args(["--connect-timeout", "3s", "--ttl", "1s"])
+        .sh(&format!(
+            "redis-cli -p {} SCRIPT FLUSH > /dev/null; sleep 2; echo ran > ran",
+            cluster.nodes[owner].port()
+        ))
+        .current_dir(dir.path())
+        .run();
+    cluster.nodes[frozen].resume();
+    out.expect_code(0);
+    assert!(dir.path().join("ran").exists(), "{out}");
+    assert!(!cluster.nodes[owner].exists(key), "released\n{out}");
+}
+
+/// Bad cluster URLs are one-line usage errors (exit 2) that never show the password; a
+/// server that is not in cluster mode is exit 69, saying so.
+#[test]
+fn cluster_usage_errors_and_secrets() {
+    for (url, says) in [
+        ("redis+cluster://", "no nodes"),
+        ("REDIS+CLUSTER://:Zq9Xw7Jm@", "no nodes"),
+        ("redis+cluster:///tmp/redis.sock", "unix sockets"),
+        (
+            "redis+cluster://:Zq9Xw7Jm@127.0.0.1:1,,127.0.0.1:2",
+            "empty node",
+        ),
+        (
+            "redis+cluster://:Zq9Xw7Jm@127.0.0.1:99999",
+            "node 127.0.0.1:99999",
+        ),
+        (
+            "redis+cluster://u:Zq9Xw7Jm@127.0.0.1:7000/2",
+            "only database 0",
+        ),
+        (
+            "rediss+cluster://:Zq9Xw7Jm@127.0.0.1:7000#insecure",
+            "#insecure",
+        ),
+    ] {
+        let out = Wrapper::new()
+            .args(["--redis", url, "--key", "k", "--", "true"])
+            .run();
+        out.expect_code(2);
+        let line = out.expect_one_line();
+        assert!(line.contains(says), "{url}: {line}");
+        assert!(!out.stderr.contains("Xw7"), "password shown\n{out}");
+    }
+    // --tls-* with a cluster URL that does not use TLS is refused as for one server.
+    let pki = crate::common::tls::Pki::new();
+    let out = Wrapper::new()
+        .args(["--redis", "redis+cluster://127.0.0.1:7000", "--key", "k"])
+        .arg("--tls-ca-cert")
+        .arg(pki.ca())
+        .args(["--", "true"])
+        .run();
+    out.expect_code(2);
+    out.expect_stderr_contains("does not use TLS");
+
+    // Nothing listens: exit 69, without the password.
+    let closed = free_port();
+    let out = Wrapper::new()
+        .args([
+            "--redis",
+            &format!("redis+cluster://:Zq9Xw7Jm@127.0.0.1:{closed}"),
+        ])
+        .args(["--key", "k", "-v", "--connect-timeout", "2s", "--", "true"])
+        .run();
+    out.expect_code(69);
+    assert!(!out.stderr.contains("Xw7"), "password shown\n{out}");
+
+    // A plain server is not a cluster.
+    let plain = RedisServer::start();
+    let out = Wrapper::new()
+        .args([
+            "--redis",
+            &format!("redis+cluster://127.0.0.1:{}", plain.port()),
+        ])
+        .args(["--key", "k", "--", "true"])
+        .run();
+    out.expect_code(69);
+    out.expect_stderr_contains("not a cluster node");
+}
+
+/// A cluster with a password: `--password-file` reaches every node (the seeds and the
+/// master the slot lives on), and a wrong one is refused without being shown.
+#[test]
+fn password_file_applies_to_every_node() {
+    let cluster = Cluster::start_with(
+        3,
+        0,
+        &["--requirepass", "Zq9Xw7Jm", "--masterauth", "Zq9Xw7Jm"],
+    );
+    let dir = scratch();
+    let file = dir.path().join("pw");
+    fs::write(&file, "Zq9Xw7Jm\n").unwrap();
+    for (name, _) in one_name_per_master(&cluster, 3) {
+        cluster
+            .wrapper(&name)
+            .arg("--password-file")
+            .arg(&file)
+            .args(["--", "true"])
+            .run()
+            .expect_code(0);
+    }
+    let wrong = Wrapper::new()
+        .args(["--redis", &cluster.url().replace("://", "://:Wq8Yv6Kn@")])
+        .args(["--key", "k", "--", "true"])
+        .run();
+    wrong.expect_code(69);
+    wrong.expect_stderr_contains("refused authentication");
+    assert!(!wrong.stderr.contains("Yv6"), "password shown\n{wrong}");
+}
+
+/// `rediss+cluster://` with `--tls-ca-cert`: the seeds and the master of the slot are all
+/// reached over TLS and checked against the CA (the harness's server certificate has an IP
+/// SAN for 127.0.0.1, as cluster nodes are announced by address); without the CA the
+/// certificate is refused (exit 69). Redis 7.0 only: the other servers have no TLS.
+#[test]
+fn cluster_over_tls() {
+    let pki = crate::common::tls::Pki::new();
+    let Some(cluster) = Cluster::start_tls(3, &pki) else {
+        return;
+    };
+    for (name, owner) in one_name_per_master(&cluster, 3) {
+        let out = Wrapper::new()
+            .args(["--redis", &cluster.tls_url(), "--key", &name])
+            .arg("--tls-ca-cert")
+            .arg(pki.ca())
+            .args(["--hold-at-least", "30s", "--", "true"])
+            .run();
+        out.expect_code(0);
+        assert!(
+            cluster.nodes[owner].exists(&format!("redlock:{name}")),
+            "the lock on its slot's master\n{out}"
+        );
+    }
+    let out = Wrapper::new()
+        .args(["--redis", &cluster.tls_url(), "--key", "no-ca"])
+        .args(["--connect-timeout", "3s", "--", "true"])
+        .run();
+    out.expect_code(69);
+    out.expect_stderr_contains("--tls-ca-cert");
+}
+
+/// `--limit 2` on a cluster: the semaphore's keys share the lock's slot too, so two hold it
+/// at once on the slot's master, and a third is busy.
+#[test]
+fn limit_two_on_a_cluster() {
+    let cluster = Cluster::start(3, 0);
+    let dir = scratch();
+    let key = "redlock:pair";
+    let owner = &cluster.nodes[cluster.owner_of(key)];
+    let holders: Vec<(Running, i32)> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let mut run = cluster
+                .wrapper("pair")
+                .args(["--limit", "2"])
+                .sh(&format!(
+                    "echo $$ > {name}.tmp; mv {name}.tmp {name}; i=0; \
+                     while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"
+                ))
+                .current_dir(dir.path())
+                .spawn();
+            let pid = run.child_pid(&dir.path().join(name), secs(10));
+            (run, pid)
+        })
+        .collect();
+    assert_eq!(
+        owner.cli_int(&["ZCARD", key]),
+        2,
+        "both permits on the slot's master"
+    );
+    cluster
+        .wrapper("pair")
+        .args(["--limit", "2", "--", "true"])
+        .run()
+        .expect_code(75);
+    fs::write(dir.path().join("go"), "").unwrap();
+    for (run, _) in holders {
+        run.wait(secs(20)).expect_code(0);
+    }
+    assert!(!owner.exists(key), "both released");
+}
