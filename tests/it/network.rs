@@ -97,7 +97,7 @@ fn the_replica_wait_travels_with_the_write_it_confirms() {
     proxy.hold(Dir::Down);
     let run = Wrapper::new()
         .args(["--redis", &proxy.url(), "--key", "k"])
-        .args(["--min-replicas", "1", "--replica-timeout", "500ms"])
+        .args(["--min-replicas", "1", "--replica-timeout", "5s"])
         .args(["--connect-timeout", "10s", "--", "true"])
         .spawn();
     let waited = poll_until(secs(5), || {

@@ -503,7 +503,9 @@ fn password_file_applies_to_every_node() {
 
 /// A waiter's acquire gets stuck on two nodes (its connections there go silently dead) and
 /// arrives only after the attempt was given up: the take-back cancelled it, so it cannot
-/// land, even after the waiter has run and gone.
+/// land, even after the waiter has run and gone. (A long ttl gives each node a bound of 3 s,
+/// so that on a loaded machine no earlier attempt times out and replaces the connections
+/// before they are frozen.)
 #[test]
 fn a_late_acquire_cannot_land_after_the_take_back() {
     let nodes = Nodes::start(3);
@@ -534,7 +536,7 @@ fn a_late_acquire_cannot_land_after_the_take_back() {
             "--key",
             "k",
             "--ttl",
-            "20s",
+            "60s",
             "--wait",
             "30s",
         ])

@@ -9,8 +9,10 @@ use crate::common::*;
 fn min_replicas_runs_with_the_replica_up_and_refuses_with_it_frozen() {
     let (primary, replica) = start_primary_and_replica();
     let dir = scratch();
+    // A generous replica timeout where the replica must acknowledge: a loaded machine can
+    // take longer than 500 ms to schedule it.
     Wrapper::on(&primary, "r")
-        .args(["--min-replicas", "1", "--replica-timeout", "500ms"])
+        .args(["--min-replicas", "1", "--replica-timeout", "5s"])
         .sh("touch ran-1")
         .current_dir(dir.path())
         .run()
