@@ -64,6 +64,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpgrp, getpid, getppid, setpgid, tcgetpgrp, tcsetpgrp, Pid};
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::clone_into::{self, CloneError};
 use crate::config;
 use crate::exit::ChildEnd;
 use crate::lease::Stamp;
@@ -156,7 +157,7 @@ impl Job {
             let _ = nix::sys::signal::signal(Signal::SIGTTIN, SigHandler::SigIgn);
         }
         Ok(Job {
-            group: Pid::from_raw(child.id() as i32),
+            group: child,
             tree,
             terminal,
             gave_terminal: take_terminal,
@@ -343,14 +344,30 @@ impl Job {
     }
 }
 
-/// Spawn `command` in its own process group, joining `tree` first thing.
+/// Set to anything but empty or `0`, the command is forked and then joins its cgroup instead
+/// of being born in it (for a kernel or a sandbox where `clone3` misbehaves; also tested).
+pub const NO_CLONE_INTO_CGROUP_ENV: &str = "REDLOCK_NO_CLONE3";
+
+/// Spawn `command` in its own process group, inside `tree`: born in its cgroup
+/// (`clone_into`) where the kernel allows it, else forked and joining it first thing.
 fn spawn_in(
     tree: &Tree,
     command: &config::Command,
     env: &[(&str, String)],
     take_terminal: bool,
     tty: Option<i32>,
-) -> Result<std::process::Child, SpawnError> {
+) -> Result<Pid, SpawnError> {
+    let setup = child_setup(take_terminal, tty);
+    let born_inside =
+        std::env::var_os(NO_CLONE_INTO_CGROUP_ENV).is_none_or(|v| v.is_empty() || v == "0");
+    if let (Some(cgroup), true) = (tree.cgroup_fd(), born_inside) {
+        match clone_into::spawn(cgroup, &command.program, &command.args, env, &setup) {
+            Ok(pid) => return Ok(pid),
+            Err(CloneError::Exec(e)) => return Err(classify_spawn_error(e)),
+            // No process was made (an old kernel, a seccomp filter): fork and join instead.
+            Err(CloneError::Unsupported(_)) => {}
+        }
+    }
     let join = tree.pre_exec_join().map_err(SpawnError::Internal)?;
     let mut cmd = std::process::Command::new(&command.program);
     cmd.args(&command.args);
@@ -359,36 +376,48 @@ fn spawn_in(
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
     cmd.process_group(0);
-    let keep_sigpipe_ignored = signals::sigpipe_ignored_at_start();
-    let wrapper = getpid();
-    // SAFETY: the closures run in the forked child before exec. They only make
-    // async-signal-safe syscalls (write, setpgid, prctl, getppid, getpid, kill,
-    // pthread_sigmask, tcsetpgrp, sigaction) through nix's thin wrappers or libc, and allocate
-    // nothing (an error is a raw errno).
+    // SAFETY: both closures run in the forked child before exec and only make system calls
+    // (see `child_setup` and `Tree::pre_exec_join`).
     unsafe {
         // First: in the command's cgroup before anything else can happen or fork.
         cmd.pre_exec(join);
-        cmd.pre_exec(move || {
-            // Be the group leader already, whatever order std applies its own setup in;
-            // tcsetpgrp below needs the group to exist.
-            let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-            prctl::set_pdeathsig(Signal::SIGKILL)?;
-            // The wrapper may have died between fork and prctl; then nobody would kill us.
-            if getppid() != wrapper {
-                let _ = kill(getpid(), Signal::SIGKILL);
-            }
-            if let (true, Some(fd)) = (take_terminal, tty) {
-                give_terminal(BorrowedFd::borrow_raw(fd), getpid());
-            }
-            // std resets SIGPIPE to its default for the child; a SIGPIPE that was ignored
-            // when the wrapper started stays ignored, as if the command ran directly.
-            if keep_sigpipe_ignored {
-                let _ = nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn);
-            }
-            Ok(())
-        });
+        cmd.pre_exec(setup);
     }
-    cmd.spawn().map_err(classify_spawn_error)
+    let child = cmd.spawn().map_err(classify_spawn_error)?;
+    Ok(Pid::from_raw(child.id() as i32))
+}
+
+/// What the child does before exec, whichever way it was started. It only makes
+/// async-signal-safe system calls (setpgid, prctl, getppid, getpid, kill, tcsetpgrp,
+/// sigaction) through nix's thin wrappers, and allocates nothing (an error is a raw errno):
+/// the wrapper has other threads.
+fn child_setup(
+    take_terminal: bool,
+    tty: Option<i32>,
+) -> impl Fn() -> io::Result<()> + Send + Sync + 'static {
+    let keep_sigpipe_ignored = signals::sigpipe_ignored_at_start();
+    let wrapper = getpid();
+    move || {
+        // Be the group leader already, whatever order std applies its own setup in;
+        // tcsetpgrp below needs the group to exist.
+        let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+        prctl::set_pdeathsig(Signal::SIGKILL)?;
+        // The wrapper may have died between fork and prctl; then nobody would kill us.
+        if getppid() != wrapper {
+            let _ = kill(getpid(), Signal::SIGKILL);
+        }
+        if let (true, Some(fd)) = (take_terminal, tty) {
+            // SAFETY: `fd` is the wrapper's terminal, open for the wrapper's lifetime.
+            give_terminal(unsafe { BorrowedFd::borrow_raw(fd) }, getpid());
+        }
+        // The child starts with SIGPIPE at its default; one that was ignored when the wrapper
+        // started stays ignored, as if the command ran directly.
+        if keep_sigpipe_ignored {
+            // SAFETY: SIG_IGN installs no handler.
+            let _ = unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn) };
+        }
+        Ok(())
+    }
 }
 
 /// Whether the wrapper's process group is orphaned: no process on the wrapper's line of

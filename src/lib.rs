@@ -11,6 +11,7 @@
 //! - `sentinel_url`: the `redis+sentinel://` form of `--redis`.
 //! - `cluster_url`: `redis+cluster://` URLs (a Redis Cluster's seed nodes).
 //! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
+//! - `clone_into`: the command started straight inside its cgroup (`clone3`).
 //! - `tree`: the command as its whole process tree, beyond its group and session: a cgroup v2
 //!   of its own where one can be made, else the subreaper's descendants in /proc.
 //! - `signals`: which signals are caught and forwarded.
@@ -25,6 +26,7 @@
 pub mod backoff;
 pub mod child;
 pub mod cli;
+pub mod clone_into;
 pub mod cluster_url;
 pub mod config;
 pub mod exit;

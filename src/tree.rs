@@ -77,7 +77,7 @@ use std::ffi::{CString, OsString};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -224,6 +224,14 @@ impl Tree {
     pub fn cgroup_dir(&self) -> Option<&Path> {
         match &self.inner {
             Inner::Cgroup(cg) => Some(&cg.dir),
+            Inner::Proc(_) => None,
+        }
+    }
+
+    /// The command's cgroup directory, open, for starting the command inside it.
+    pub fn cgroup_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.inner {
+            Inner::Cgroup(cg) => Some(cg.dir_fd.as_fd()),
             Inner::Proc(_) => None,
         }
     }
@@ -439,6 +447,8 @@ fn join_raw(fd: RawFd) -> io::Result<()> {
 
 struct Cgroup {
     dir: PathBuf,
+    /// The directory itself, for `clone3(CLONE_INTO_CGROUP)`.
+    dir_fd: OwnedFd,
     /// `cgroup.procs`, for writing: duplicated into each join closure.
     procs: File,
     kill: File,
@@ -501,6 +511,13 @@ impl Cgroup {
                 .open(dir.join(name))
                 .map_err(|e| context(&format!("cannot open {}", dir.join(name).display()), e))
         };
+        let dir_fd = OwnedFd::from(
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(&dir)
+                .map_err(|e| context(&format!("cannot open {}", dir.display()), e))?,
+        );
         let procs = write("cgroup.procs")?;
         let kill = write("cgroup.kill").map_err(|e| {
             io::Error::new(
@@ -526,6 +543,7 @@ impl Cgroup {
         let guard = Guard::spawn(&kill, &dir).map_err(|e| context("cannot start the guard", e))?;
         Ok(Cgroup {
             dir,
+            dir_fd,
             procs,
             kill,
             events,
@@ -1247,7 +1265,7 @@ fn poll_fd(fd: &impl AsRawFd, events: libc::c_short, within: Duration) -> bool {
     n > 0
 }
 
-fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills the two-element array on success.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {

@@ -1,29 +1,32 @@
 //! The command is its whole process tree: processes that left its process group or session
 //! (`setsid`, `timeout(1)`, double forks) are stopped when the lock is released or lost, in
-//! both tracking modes (a cgroup of its own; /proc as their subreaper, forced with
+//! both tracking modes (a cgroup of its own, the command born in it or, with
+//! `REDLOCK_NO_CLONE3=1`, joining it; /proc as their subreaper, forced with
 //! `REDLOCK_NO_CGROUP=1`), and with a cgroup also when the wrapper is SIGKILLed.
 
 use nix::sys::signal::Signal;
 
 use crate::common::*;
 
-/// Both modes where this machine has a writable cgroup v2; else the /proc mode alone.
-fn modes(redis: &RedisServer) -> Vec<(&'static str, bool)> {
+/// Every mode where this machine has a writable cgroup v2 (the command born in its cgroup by
+/// clone3, or forked and then joining it); else the /proc mode alone.
+fn modes(redis: &RedisServer) -> Vec<(&'static str, Option<&'static str>)> {
     let probe = Wrapper::on(redis, "probe").args(["-v", "--", "true"]).run();
-    let mut modes = vec![("proc", true)];
+    let mut modes = vec![("proc", Some("REDLOCK_NO_CGROUP"))];
     if probe.stderr.contains("tracked by a cgroup") {
-        modes.push(("cgroup", false));
+        modes.push(("cgroup", None));
+        modes.push(("cgroup, forked and joined", Some("REDLOCK_NO_CLONE3")));
     } else {
         eprintln!("no writable cgroup v2 here: the cgroup mode is not tested\n{probe}");
     }
     modes
 }
 
-fn in_mode(w: Wrapper, no_cgroup: bool) -> Wrapper {
-    if no_cgroup {
-        w.env("REDLOCK_NO_CGROUP", "1")
-    } else {
-        w
+/// `w` in the mode that setting `knob` to 1 selects (none: the default).
+fn in_mode(w: Wrapper, knob: Option<&str>) -> Wrapper {
+    match knob {
+        Some(knob) => w.env(knob, "1"),
+        None => w,
     }
 }
 
@@ -34,11 +37,11 @@ fn in_mode(w: Wrapper, no_cgroup: bool) -> Wrapper {
 #[test]
 fn a_setsid_job_is_stopped_when_the_command_exits() {
     let redis = RedisServer::start();
-    for (mode, no_cgroup) in modes(&redis) {
+    for (mode, knob) in modes(&redis) {
         let dir = scratch();
         let pidfile = dir.path().join("pid");
         let p = pidfile.display();
-        let out = in_mode(Wrapper::on(&redis, "k"), no_cgroup)
+        let out = in_mode(Wrapper::on(&redis, "k"), knob)
             .args(["--grace", "1s"])
             .sh(&format!(
                 "setsid -f sh -c 'echo $$ > {p}; exec sleep 60'; \
@@ -60,10 +63,10 @@ fn a_setsid_job_is_stopped_when_the_command_exits() {
 #[test]
 fn a_job_in_another_process_group_is_stopped_when_the_lock_is_lost() {
     let redis = RedisServer::start();
-    for (mode, no_cgroup) in modes(&redis) {
+    for (mode, knob) in modes(&redis) {
         let dir = scratch();
         let pidfile = dir.path().join("pid");
-        let run = in_mode(Wrapper::on(&redis, "k"), no_cgroup)
+        let run = in_mode(Wrapper::on(&redis, "k"), knob)
             .args(["--ttl", "2s", "--grace", "500ms"])
             .sh(&format!(
                 "timeout 60 sh -c 'echo $$ > {}; exec sleep 60'; sleep 60",
