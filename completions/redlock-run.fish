@@ -37,7 +37,7 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-cert -d 'TL
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-key -d 'TLS: the private key (PEM) of --tls-cert' -r -F
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s t -l ttl -d 'Lease length: a holder that dies frees the lock within it' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l heartbeat -d 'Renewal interval [default: ttl/3]' -r
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'Wait up to DUR for a busy lock, served in arrival order: 0 tries once, forever (or inf) has no limit' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -s w -l wait -d 'Wait up to DUR for a busy lock, served in arrival order (not with Redlock): 0 tries once, forever (or inf) has no limit' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l limit -d 'Let up to N runs hold the lock at once (a counting semaphore); 1 is a mutex' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s E -l conflict-exit-code -d 'Exit code for a busy lock' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l grace -d 'SIGTERM to SIGKILL when the command must stop [default: 10s, at most ttl/3]' -r

@@ -233,8 +233,8 @@ pub struct RunArgs {
           help_heading = "Lease")]
     pub heartbeat: Option<Duration>,
 
-    /// Wait up to DUR for a busy lock, served in arrival order: 0 tries once, forever (or
-    /// inf) has no limit.
+    /// Wait up to DUR for a busy lock, served in arrival order (not with Redlock): 0 tries
+    /// once, forever (or inf) has no limit.
     #[arg(short, long, env = "REDLOCK_WAIT", value_name = "DUR|forever", default_value = "0",
           value_parser = parse_wait, help_heading = "Busy lock")]
     pub wait: Wait,

@@ -6,10 +6,12 @@
 //! (about 1 ms when runs follow each other closely). A process born in the cgroup is never
 //! moved, so that wait is gone from every run and from every handoff.
 //!
-//! What `std::process::Command` does for a child is done here too, in the same order: an
-//! empty signal mask and SIGPIPE back to its default, the caller's `pre_exec` steps, then
-//! `execve` along `PATH` as `execvp` would (a file without a `#!` line run by `/bin/sh`,
-//! EACCES reported if no candidate ran and one was refused). An exec that fails is reported
+//! What `std::process::Command` does for a child is done here too, in the same order: the
+//! environment built alike (one of each variable, sorted, the command's own added), the
+//! signal mask inherited and SIGPIPE back to its default, the caller's `pre_exec` steps, then
+//! `execve` along the command's `PATH` as glibc's `execvp` would (an empty entry is the bare
+//! name, an entry too long for a path is skipped, a file without a `#!` line is run by
+//! `/bin/sh`, EACCES is reported if no candidate ran and one was refused). An exec that fails is reported
 //! through a close-on-exec pipe, as std does. Everything the child needs is built before the
 //! clone: between clone and exec it only makes system calls, allocates nothing and takes no
 //! lock (the wrapper has other threads).
@@ -17,6 +19,7 @@
 //! [`Unsupported`](CloneError::Unsupported) means that no process was created (a kernel
 //! before 5.7, a seccomp filter, a cgroup that refuses it): the caller falls back to std.
 
+use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
@@ -119,11 +122,14 @@ fn prepare(program: &OsStr, args: &[OsString], env: &[(&str, String)]) -> io::Re
     for a in args {
         argv_owned.push(c(a.as_bytes())?);
     }
-    let mut envp_owned = Vec::new();
-    for (k, v) in std::env::vars_os() {
-        if env.iter().any(|(name, _)| OsStr::new(name) == k) {
-            continue;
-        }
+    // As std builds it: the wrapper's variables, one of each (the last one wins), in sorted
+    // order, then the command's own.
+    let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    for (k, v) in env {
+        vars.insert(OsString::from(k), OsString::from(v));
+    }
+    let mut envp_owned = Vec::with_capacity(vars.len());
+    for (k, v) in &vars {
         let mut kv = k.as_bytes().to_vec();
         kv.push(b'=');
         kv.extend_from_slice(v.as_bytes());
@@ -132,24 +138,22 @@ fn prepare(program: &OsStr, args: &[OsString], env: &[(&str, String)]) -> io::Re
             envp_owned.push(kv);
         }
     }
-    for (k, v) in env {
-        envp_owned.push(c(format!("{k}={v}").as_bytes())?);
-    }
     let candidates = if program.as_bytes().contains(&b'/') {
         vec![c(program.as_bytes())?]
     } else {
-        // execvp's search: each PATH entry in order, an empty one meaning the current
-        // directory; glibc's default when PATH is unset.
-        let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+        // glibc execvp's search along the PATH the command gets: each entry in order, an
+        // empty one meaning the bare name (the current directory); entries too long for a
+        // path skipped; "/bin:/usr/bin" when PATH is unset.
+        let default_path = OsString::from("/bin:/usr/bin");
+        let path = vars.get(OsStr::new("PATH")).unwrap_or(&default_path);
         path.as_bytes()
             .split(|&b| b == b':')
+            .filter(|dir| dir.len() + 1 + program.len() < libc::PATH_MAX as usize)
             .map(|dir| {
-                let mut file = if dir.is_empty() {
-                    b".".to_vec()
-                } else {
-                    dir.to_vec()
-                };
-                file.push(b'/');
+                let mut file = dir.to_vec();
+                if !dir.is_empty() {
+                    file.push(b'/');
+                }
                 file.extend_from_slice(program.as_bytes());
                 c(&file)
             })
@@ -191,9 +195,7 @@ fn prepare(program: &OsStr, args: &[OsString], env: &[(&str, String)]) -> io::Re
 fn child(prep: &Prepared, report: &OwnedFd, pre_exec: &impl Fn() -> io::Result<()>) -> ! {
     // SAFETY: only system calls on memory prepared before the clone; see the module docs.
     unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, ptr::null_mut());
+        // The signal mask is inherited, as std leaves it.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         if let Err(e) = pre_exec() {
             fail(report, e.raw_os_error().unwrap_or(libc::EIO));

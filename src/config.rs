@@ -346,12 +346,15 @@ impl Target {
 }
 
 /// The `--redis` URLs. `REDLOCK_REDIS` may hold several, separated by whitespace; a value
-/// typed on the command line is taken whole (a password could hold a space).
+/// typed on the command line is taken whole (a password could hold a space). The variable is
+/// split only when every piece is a URL of its own (`scheme://...`): a password with a space
+/// in one URL then stays whole, and no piece of it reaches a message as a URL of its own.
 fn redis_urls(given: &[String]) -> Vec<String> {
     match given {
         [one]
             if one.split_whitespace().nth(1).is_some()
-                && std::env::var("REDLOCK_REDIS").is_ok_and(|env| env == *one) =>
+                && std::env::var("REDLOCK_REDIS").is_ok_and(|env| env == *one)
+                && one.split_whitespace().all(redis_url::has_scheme) =>
         {
             one.split_whitespace().map(str::to_owned).collect()
         }

@@ -111,19 +111,35 @@ pub fn redact(url: &str) -> String {
     shown
 }
 
-/// Hide the values of the query parameters, from byte `start` of `rest`, whose name speaks
-/// of a password.
+/// Query parameters whose values may be shown.
+const SHOWN_PARAMS: &[&str] = &["sentinel_username", "protocol", "db"];
+/// Query parameters whose names may be shown (their values are hidden unless listed above).
+const KNOWN_PARAMS: &[&str] = &["sentinel_password", "sentinel_password_file"];
+
+/// Hide, from byte `start` of `rest`, the value of every query parameter but the harmless
+/// ones, and the whole of a parameter whose name is not known: it may be the tail of a
+/// password that held a `&`, or a misspelt password parameter.
 fn query_secrets(rest: &str, start: usize, hide: &mut impl FnMut(usize, usize)) {
     let mut at = start;
     for param in rest[start..].split('&') {
-        if let Some((name, value)) = param.split_once('=') {
-            if name.to_ascii_lowercase().contains("pass") && !value.is_empty() {
-                let from = at + name.len() + 1;
-                hide(from, from + value.len());
+        match param.split_once('=') {
+            Some((name, _)) if SHOWN_PARAMS.contains(&name) => {}
+            Some((name, value)) if KNOWN_PARAMS.contains(&name) => {
+                if !value.is_empty() {
+                    let from = at + name.len() + 1;
+                    hide(from, from + value.len());
+                }
             }
+            _ if param.is_empty() => {}
+            _ => hide(at, at + param.len()),
         }
         at += param.len() + 1;
     }
+}
+
+/// Whether `url` starts with `scheme://`.
+pub fn has_scheme(url: &str) -> bool {
+    split_scheme(url).is_some()
 }
 
 /// `scheme://rest`, when what comes before `://` is a scheme (RFC 3986: a letter, then
@@ -164,8 +180,9 @@ mod tests {
         assert_eq!(redact("rediss://u:p@ss@h/"), "rediss://u:***@h/");
         assert_eq!(redact("redis://:se/cret@h"), "redis://:***@h");
         assert_eq!(redact("redis://:se#cret@h"), "redis://:***@h");
-        assert_eq!(redact("redis://u:se?cret@h"), "redis://u:***@h");
-        assert_eq!(redact("redis://:p@ss/w#rd?x@h"), "redis://:***@h");
+        // An unencoded `?` in a password: the rest may be a query, so it is hidden whole.
+        assert_eq!(redact("redis://u:se?cret@h"), "redis://u:***");
+        assert_eq!(redact("redis://:p@ss/w#rd?x@h"), "redis://:***");
         assert_eq!(
             redact("user:s3cret@localhost:6379"),
             "user:***@localhost:6379"
@@ -177,13 +194,13 @@ mod tests {
         // An `@` in a query value, or a password with `?` in it: nothing of either shows.
         assert_eq!(
             redact("redis+sentinel://h/m?sentinel_password=p@ss&x=1"),
-            "redis+sentinel://h/m?sentinel_password=***&x=1"
+            "redis+sentinel://h/m?sentinel_password=***&***"
         );
         assert_eq!(
             redact("redis+sentinel://h/m?sentinel_username=x&sentinel_password=a:b@c"),
             "redis+sentinel://h/m?sentinel_username=x&sentinel_password=***"
         );
-        assert_eq!(redact("redis://us?er:pw@h"), "redis://us?er:***@h");
+        assert_eq!(redact("redis://us?er:pw@h"), "redis://us?***");
         assert_eq!(
             redact("redis+sentinel://u:p@h/m?sentinel_password=a@b"),
             "redis+sentinel://u:***"

@@ -167,18 +167,22 @@ fn parse_hosts(hosts: &str) -> Result<Vec<(String, u16)>, String> {
     if hosts.is_empty() {
         return Err("no sentinel hosts".to_owned());
     }
+    // Entries are named by their place, never quoted: a password typed without encoding can
+    // end up here when the user part was not where it was expected.
     hosts
         .split(',')
-        .map(|entry| {
+        .enumerate()
+        .map(|(i, entry)| {
+            let nth = i + 1;
             let (host, port) = if let Some(v6) = entry.strip_prefix('[') {
                 let (host, after) = v6
                     .split_once(']')
-                    .ok_or_else(|| format!("sentinel host '{entry}' lacks its ']'"))?;
+                    .ok_or_else(|| format!("sentinel host #{nth} lacks its ']'"))?;
                 match after {
                     "" => (host, None),
                     _ => match after.strip_prefix(':') {
                         Some(port) => (host, Some(port)),
-                        None => return Err(format!("sentinel host '{entry}' is not host:port")),
+                        None => return Err(format!("sentinel host #{nth} is not host:port")),
                     },
                 }
             } else {
@@ -196,7 +200,7 @@ fn parse_hosts(hosts: &str) -> Result<Vec<(String, u16)>, String> {
                     .parse::<u16>()
                     .ok()
                     .filter(|&p| p != 0)
-                    .ok_or_else(|| format!("sentinel host '{entry}' has a bad port"))?,
+                    .ok_or_else(|| format!("sentinel host #{nth} has a bad port"))?,
             };
             Ok((host.to_owned(), port))
         })
@@ -212,7 +216,7 @@ fn parse_query(
     let mut password_given = false;
     for param in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = param.split_once('=').unwrap_or((param, ""));
-        let value = decode(value).ok_or_else(|| bad(&format!("{name} is not valid UTF-8")))?;
+        let value = decode(value).ok_or_else(|| bad("a query value is not valid UTF-8"))?;
         match name {
             "sentinel_username" => auth = auth.set_username(value),
             "sentinel_password" | "sentinel_password_file" if password_given => {
@@ -228,11 +232,12 @@ fn parse_query(
                 password_given = true;
                 auth = auth.set_password(read_password_file(&value, bad)?);
             }
-            other => {
-                return Err(bad(&format!(
-                    "unknown parameter '{other}' (known: sentinel_username, sentinel_password, \
-                     sentinel_password_file)"
-                )))
+            // Not quoted: it may be the tail of a password that held a `&`.
+            _ => {
+                return Err(bad(
+                    "an unknown query parameter (known: sentinel_username, sentinel_password, \
+                     sentinel_password_file; a password holding '&' must encode it as %26)",
+                ))
             }
         }
     }
@@ -344,7 +349,7 @@ mod tests {
             ),
             (
                 "redis+sentinel://:s3cret@h1/m?db=2",
-                "unknown parameter 'db'",
+                "an unknown query parameter",
             ),
             (
                 "redis+sentinel://h1/m?sentinel_password=s3cret&sentinel_password_file=/x",

@@ -175,8 +175,16 @@ fn describe(err: &redis::RedisError) -> String {
         // no URL.
         (None, _) => err.to_string(),
     };
-    text.lines().next().unwrap_or_default().to_owned()
+    let line = text.lines().next().unwrap_or_default();
+    // A server's text is foreign: a few hundred bytes say what went wrong.
+    match line.char_indices().nth(MOST_SHOWN) {
+        Some((i, _)) => format!("{}...", &line[..i]),
+        None => line.to_owned(),
+    }
 }
+
+/// The longest piece of a server's error text shown.
+const MOST_SHOWN: usize = 300;
 
 impl fmt::Display for RedisFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -48,6 +48,10 @@
 //! - `quorum`: Redlock over N masters: a node down, frozen or restarted empty, no quorum
 //!   (exit 69, nothing left), the fence write-back against a counter far ahead, busy,
 //!   `status`, usage errors, `REDLOCK_REDIS` with several URLs, passwords hidden.
+//! - `hardening`: hostile inputs and awkward failures for Sentinel and Redlock (secrets in
+//!   malformed URLs, one server under two names, a silent node, a self-waking waiter).
+//! - `spawn_modes`: the command starts the same born in its cgroup (clone3) or forked and
+//!   joining it (`REDLOCK_NO_CLONE3=1`): signal mask, PATH search, duplicate variables.
 //! - `proxy`: the TCP fault proxy (latency, hold, discard, blackhole, refuse, freeze, reset).
 
 #[path = "../common/mod.rs"]
@@ -59,6 +63,7 @@ mod cluster;
 mod completion;
 mod docs;
 mod fencing;
+mod hardening;
 mod harness;
 mod lease;
 mod limit;
@@ -72,6 +77,7 @@ mod replicas;
 mod secrets;
 mod sentinel;
 mod signals;
+mod spawn_modes;
 mod status;
 mod terminal;
 mod tls;

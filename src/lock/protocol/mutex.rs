@@ -88,21 +88,48 @@ impl Mutex {
 
     /// With `keep` > 0 the lock is left to expire after `keep` instead of being deleted.
     pub fn release(&self, token: &str, keep: Duration) -> ScriptCall {
+        self.release_call(token, keep, true)
+    }
+
+    /// Give back a grant without announcing it: a grant on a minority of Redlock nodes, where
+    /// the lock was never free.
+    pub fn release_quietly(&self, token: &str) -> ScriptCall {
+        self.release_call(token, Duration::ZERO, false)
+    }
+
+    fn release_call(&self, token: &str, keep: Duration, announce: bool) -> ScriptCall {
         let k = &self.keys;
         ScriptCall::new(
             &RELEASE,
             &[&k.lock, &k.holder, &k.released],
-            vec![token.to_owned(), millis(keep).to_string()],
+            vec![
+                token.to_owned(),
+                millis(keep).to_string(),
+                u8::from(announce).to_string(),
+            ],
         )
     }
 
     /// Take back an acquire attempt whose reply was lost, and refuse it if it lands later.
     pub fn cancel(&self, token: &str) -> ScriptCall {
+        self.cancel_call(token, true)
+    }
+
+    /// `cancel`, without announcing a release (see `release_quietly`).
+    pub fn cancel_quietly(&self, token: &str) -> ScriptCall {
+        self.cancel_call(token, false)
+    }
+
+    fn cancel_call(&self, token: &str, announce: bool) -> ScriptCall {
         let k = &self.keys;
         ScriptCall::new(
             &CANCEL,
             &[&k.lock, &k.holder, &k.released, &k.cancelled],
-            vec![token.to_owned(), millis(CANCEL_KEEP).to_string()],
+            vec![
+                token.to_owned(),
+                millis(CANCEL_KEEP).to_string(),
+                u8::from(announce).to_string(),
+            ],
         )
     }
 
@@ -312,6 +339,6 @@ mod tests {
             assert!(packed.contains(part), "{part} missing from {packed}");
         }
         let sha = String::from_utf8(call.evalsha().get_packed_command()).unwrap();
-        assert!(sha.starts_with("*8\r\n$7\r\nEVALSHA\r\n$40\r\n"), "{sha}");
+        assert!(sha.starts_with("*9\r\n$7\r\nEVALSHA\r\n$40\r\n"), "{sha}");
     }
 }

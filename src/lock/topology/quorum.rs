@@ -30,7 +30,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use futures_util::stream;
+use futures_util::stream::{self, FuturesUnordered, StreamExt};
 
 use super::server::{first_error, Server};
 use crate::config::{QuorumNodes, Target};
@@ -100,13 +100,76 @@ impl Quorum {
             mutex,
             timeout: target.timeout,
         };
-        let connected = join_all(quorum.nodes.iter().map(|n| n.connect(within))).await;
-        let failures: Vec<RedisFailure> = connected.into_iter().filter_map(Result::err).collect();
-        let up = quorum.nodes.len() - failures.len();
-        if up < quorum.quorum {
-            return Err(quorum.too_few("answered", up, &failures, false));
+        // Ready as soon as a quorum has connected: a node that accepts connections and never
+        // answers must not take the whole --connect-timeout (and with it the first
+        // attempt's time). The others connect on their first call.
+        let mut pending: FuturesUnordered<_> = quorum
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| async move { (i, n.connect(within).await) })
+            .collect();
+        let mut up = Vec::new();
+        let mut failures = Vec::new();
+        while let Some((i, result)) = pending.next().await {
+            match result {
+                Ok(()) => up.push(i),
+                Err(e) => failures.push(e),
+            }
+            if up.len() >= quorum.quorum || failures.len() > quorum.n() - quorum.quorum {
+                break;
+            }
         }
+        drop(pending);
+        if up.len() < quorum.quorum {
+            return Err(quorum.too_few("answered", up.len(), &failures, false));
+        }
+        quorum.refuse_one_server_twice(&up, within).await?;
         Ok(quorum)
+    }
+
+    /// One server given under two names (`localhost` and `127.0.0.1`, two addresses of one
+    /// host) would count twice towards the quorum. Each server has a run id of its own
+    /// (`INFO server`); nodes that cannot tell (an ACL without INFO) are not checked.
+    async fn refuse_one_server_twice(
+        &self,
+        up: &[usize],
+        within: Duration,
+    ) -> Result<(), RedisFailure> {
+        let mut info = redis::pipe();
+        info.cmd("INFO").arg("server");
+        info.ignore_errors();
+        let ids = join_all(up.iter().map(|&i| {
+            let info = &info;
+            async move {
+                let replies = self.nodes[i].query(info, "INFO", within).await.ok()?;
+                let text = match replies.first()? {
+                    redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    redis::Value::VerbatimString { text, .. } => text.clone(),
+                    _ => return None,
+                };
+                let id = text
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("run_id:"))?
+                    .to_owned();
+                Some((i, id))
+            }
+        }))
+        .await;
+        let ids: Vec<(usize, String)> = ids.into_iter().flatten().collect();
+        for (k, (i, id)) in ids.iter().enumerate() {
+            if let Some((j, _)) = ids[..k].iter().find(|(_, other)| other == id) {
+                return Err(RedisFailure::unexpected(
+                    self.nodes[*i].shown(),
+                    format!(
+                        "the same server as --redis {} (one run id): Redlock needs independent \
+                         masters",
+                        self.nodes[*j].shown()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn n(&self) -> usize {
@@ -200,8 +263,10 @@ impl Quorum {
     /// request still on its way cannot land later. Best effort: what fails expires within
     /// the ttl.
     async fn undo(&self, token: &Token, votes: &[Vote], cancel: bool, within: Duration) {
-        let release = self.mutex.release(&token.as_str(), Duration::ZERO);
-        let cancel_call = self.mutex.cancel(&token.as_str());
+        // Quietly: the lock was never free on a quorum, and an announcement would wake this
+        // very run (subscribed on every node) into another attempt at once, and again.
+        let release = self.mutex.release_quietly(&token.as_str());
+        let cancel_call = self.mutex.cancel_quietly(&token.as_str());
         join_all(self.nodes.iter().zip(votes).map(|(node, vote)| {
             let (release, cancel_call) = (&release, &cancel_call);
             async move {
@@ -383,7 +448,21 @@ impl Lock for Quorum {
             Ok(Released::Released)
         } else if released + failures.len() >= self.quorum {
             // The nodes that did not answer may have held it: nothing can be said.
-            Err(self.too_few("answered the release", released, &failures, true))
+            let first = failures
+                .first()
+                .map(|f| format!("; {f}"))
+                .unwrap_or_default();
+            Err(RedisFailure::of_many(
+                FailureKind::Unreachable,
+                format!("{} of {} Redlock masters", failures.len(), self.n()),
+                format!(
+                    "the release is unconfirmed: {released} released it, {} had it no longer, \
+                     {} did not answer{first}",
+                    self.n() - released - failures.len(),
+                    failures.len()
+                ),
+                true,
+            ))
         } else if other >= self.quorum {
             Ok(Released::HeldByOther)
         } else {
