@@ -506,3 +506,43 @@ fn limit_two_on_a_cluster() {
     }
     assert!(!owner.exists(key), "both released");
 }
+
+/// With `cluster-preferred-endpoint-type hostname`, a node without a hostname is
+/// named `?` in CLUSTER SLOTS (Redis 7+). When the key's master has none but its replica
+/// has one, `slot_owner` skips the master's `?` entry and then takes the replica as the
+/// first (master) entry of the range: the script goes to the replica, whose MOVED names
+/// `?:port`, and the run ends with exit 69 ("failed to lookup address information") on a
+/// healthy cluster. Expected: the master (or a clear message that it has no usable
+/// address), never the replica.
+#[test]
+fn a_master_named_question_mark_is_not_replaced_by_its_replica() {
+    let cluster = Cluster::start(3, 1);
+    if cluster.nodes[0].version().0 < 7 {
+        return skip(
+            &cluster.nodes[0],
+            "no cluster-preferred-endpoint-type before 7.0",
+        );
+    }
+    let key = "redlock:qmark";
+    let master = cluster.owner_of(key);
+    let replica = 3 + master;
+    for node in &cluster.nodes {
+        node.cli(&[
+            "CONFIG",
+            "SET",
+            "cluster-preferred-endpoint-type",
+            "hostname",
+        ]);
+    }
+    cluster.nodes[replica].cli(&["CONFIG", "SET", "cluster-announce-hostname", "localhost"]);
+    let port = cluster.nodes[replica].port().to_string();
+    wait_until(secs(10), "the replica's hostname to spread", || {
+        let slots = cluster.nodes[0].cli(&["CLUSTER", "SLOTS"]);
+        slots.contains("localhost") && slots.contains(&port)
+    });
+    let out = cluster.wrapper("qmark").sh("true").run();
+    assert!(
+        !out.stderr.contains("?:"),
+        "followed the replica's MOVED to an unknown endpoint\n{out}"
+    );
+}

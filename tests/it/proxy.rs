@@ -306,10 +306,16 @@ fn proxy_upstream_down_resets_new_clients() {
     ping(&mut a);
     redis.kill();
     expect_eof(&mut a, "conn whose server died");
-    let mut b = connect(&p);
-    expect_reset(&mut b, "new conn with no server");
+    // The reset may come before connect() returns (seen on a loaded machine) or after.
+    match std::net::TcpStream::connect_timeout(&p.addr(), WITHIN) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("connect to proxy {}: {e}", p.addr()),
+        Ok(mut b) => {
+            b.set_write_timeout(Some(WITHIN)).unwrap();
+            expect_reset(&mut b, "new conn with no server");
+        }
+    }
     // The server's FIN was passed on as a half-close: the proxy lets go once the client does.
     drop(a);
-    drop(b);
     common::wait_until(WITHIN, "no open connections", || p.connections() == 0);
 }

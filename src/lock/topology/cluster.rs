@@ -561,7 +561,13 @@ fn slot_owner(reply: &Value, slot: u16, from: &str) -> Option<(Addr, Vec<Addr>)>
             continue;
         };
         let served = (*first..=*last).contains(&i64::from(slot));
-        for (i, addr) in fields.iter().skip(2).filter_map(node).enumerate() {
+        // The first node of a range is its master. Counted before unusable entries are
+        // dropped: a master listed as `?` (no address for this client) must not make its
+        // replica look like the master.
+        for (i, field) in fields.iter().skip(2).enumerate() {
+            let Some(addr) = node(field) else {
+                continue;
+            };
             if served && i == 0 {
                 owner = Some(addr.clone());
             }
