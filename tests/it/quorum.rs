@@ -545,6 +545,16 @@ fn a_late_acquire_cannot_land_after_the_take_back() {
         .spawn();
     let waiting = poll_until(secs(10), || waiter.stderr_so_far().contains("waiting"));
     assert!(waiting, "the waiter did not wait\n{}", waiter.describe());
+    // The run starts once a quorum has connected and the others connect on their first
+    // call: freeze only once the waiter has a connection through both proxies.
+    wait_until(
+        secs(10),
+        "the waiter connected through both proxies",
+        || {
+            // Its data connection and its release-notice subscription.
+            proxies.iter().all(|p| p.connections() >= 2)
+        },
+    );
     for p in &proxies {
         p.freeze_all();
     }
