@@ -361,23 +361,11 @@ impl Cluster {
     }
 
     fn check_acks(&self, acked: Option<u32>, node: &Server) -> Result<(), RedisFailure> {
-        match (self.ack, acked) {
-            (Some(ack), Some(n)) if n < ack.replicas => Err(RedisFailure::replicas(
-                node.shown(),
-                self.name(),
-                n,
-                ack.replicas,
-                &humantime::format_duration(ack.timeout).to_string(),
-            )),
-            _ => Ok(()),
-        }
+        RedisFailure::check_acks(node.shown(), self.name(), self.ack, acked)
     }
 
     fn unexpected(node: &Server, what: &str, reply: &Value) -> RedisFailure {
-        RedisFailure::unexpected(
-            node.shown(),
-            format!("unexpected reply to {what}: {reply:?}"),
-        )
+        RedisFailure::unexpected_reply(node.shown(), what, reply)
     }
 }
 

@@ -301,10 +301,7 @@ impl Quorum {
 }
 
 fn unexpected(node: &Server, what: &str, reply: &redis::Value) -> RedisFailure {
-    RedisFailure::unexpected(
-        node.shown(),
-        format!("unexpected reply to {what}: {reply:?}"),
-    )
+    RedisFailure::unexpected_reply(node.shown(), what, reply)
 }
 
 impl Lock for Quorum {

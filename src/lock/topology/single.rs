@@ -159,23 +159,11 @@ impl<N: Node> Single<N> {
     }
 
     fn check_acks(&self, acked: Option<u32>) -> Result<(), RedisFailure> {
-        match (self.ack, acked) {
-            (Some(ack), Some(n)) if n < ack.replicas => Err(RedisFailure::replicas(
-                self.server.shown(),
-                self.name(),
-                n,
-                ack.replicas,
-                &humantime::format_duration(ack.timeout).to_string(),
-            )),
-            _ => Ok(()),
-        }
+        RedisFailure::check_acks(self.server.shown(), self.name(), self.ack, acked)
     }
 
     fn unexpected(&self, what: &str, reply: &redis::Value) -> RedisFailure {
-        RedisFailure::unexpected(
-            self.server.shown(),
-            format!("unexpected reply to {what}: {reply:?}"),
-        )
+        RedisFailure::unexpected_reply(self.server.shown(), what, reply)
     }
 }
 
