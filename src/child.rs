@@ -112,15 +112,19 @@ pub fn become_subreaper() {
 }
 
 impl Job {
-    /// Start `command` with the extra environment `env`. Must be called from the main thread,
-    /// inside the runtime.
-    pub fn spawn(command: &config::Command, env: &[(&str, String)]) -> Result<Job, SpawnError> {
+    /// Start `command` in `tree` (made beforehand, see [`Tree::new`]) with the extra
+    /// environment `env`. Must be called from the main thread, inside the runtime.
+    pub fn spawn(
+        tree: Tree,
+        command: &config::Command,
+        env: &[(&str, String)],
+    ) -> Result<Job, SpawnError> {
         // Listening before the fork, so no SIGCHLD of the command can be missed.
         let sigchld = signal(SignalKind::child()).map_err(SpawnError::Internal)?;
         let terminal = Terminal::find();
         let take_terminal = terminal.as_ref().is_some_and(|t| t.foreground_is_ours());
         let tty = terminal.as_ref().map(|t| t.raw());
-        let mut tree = Tree::new();
+        let mut tree = tree;
         let child = match spawn_in(&tree, command, env, take_terminal, tty) {
             // The child could not join the cgroup (a delegation rule, a cgroup namespace):
             // the /proc mode then, and the command spawned again; it never started.
@@ -295,10 +299,12 @@ impl Job {
     }
 
     /// After the leader exited: stop whatever is left of the command, in its group or its
-    /// tree (SIGTERM, SIGKILL at `kill_at` or as soon as `hurry` completes), reap it, remove
-    /// its cgroup, and give the terminal back. Nothing the command started may keep running
-    /// once the lock is released.
-    pub async fn finish(self, kill_at: Stamp, hurry: impl std::future::Future) {
+    /// tree (SIGTERM, SIGKILL at `kill_at` or as soon as `hurry` completes), reap it, and give
+    /// the terminal back. Nothing the command started may keep running once the lock is
+    /// released. Returns the tree when nothing is left in it: removing its cgroup (a few
+    /// hundred microseconds) can then wait until the release is on its way. A tree that is
+    /// not empty even now is killed and removed here (dropping a tree does the same).
+    pub async fn finish(self, kill_at: Stamp, hurry: impl std::future::Future) -> Option<Tree> {
         if self.leftovers() {
             self.terminate();
             let gone = tokio::select! {
@@ -316,8 +322,12 @@ impl Job {
                 give_terminal(t.as_fd(), getpgrp());
             }
         }
-        // Kills anything left (nothing, normally) and removes the cgroup.
+        if self.tree.is_empty() {
+            return Some(self.tree);
+        }
+        // Kills anything left and waits (bounded) for it to be gone.
         let _ = self.tree.remove();
+        None
     }
 
     /// Anything of the command still running, in its group or its tree?

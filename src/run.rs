@@ -32,6 +32,7 @@ use crate::lock::{
 };
 use crate::report::Reporter;
 use crate::signals::Signals;
+use crate::tree::Tree;
 
 /// Longest nap between lease checks. tokio's timers run on CLOCK_MONOTONIC, which stops during
 /// a system suspend; waking at least this often bounds how late a suspend is noticed.
@@ -50,6 +51,9 @@ const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
 /// Bound on leaving the waiters' queue when giving up: short, as the run is ending anyway
 /// and the place expires by itself.
 const LEAVE_QUEUE_WITHIN: Duration = Duration::from_secs(1);
+
+/// See [`beside`].
+const YIELDS_BEFORE_WORK: usize = 2;
 
 /// Pause between renewal attempts after a failed one.
 const RENEW_RETRY: Duration = Duration::from_millis(100);
@@ -184,7 +188,21 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
         command: cfg.command.display.clone(),
     };
 
-    let held = match acquire(cfg, &lock, &mut token, &holder, start, &mut signals, report).await {
+    // The command's process tree (its cgroup and guard) is made while the first attempt is
+    // on its way to Redis: it is needed as soon as the lock is granted.
+    let mut tree = None;
+    let prepare = || tree = Some(Tree::new());
+    let acquired = acquire(
+        cfg,
+        &lock,
+        &mut token,
+        &holder,
+        start,
+        prepare,
+        &mut signals,
+        report,
+    );
+    let held = match acquired.await {
         Ok(held) => held,
         Err(ending) => {
             // A waiter that gives up (its --wait ran out, a signal, Redis gone) leaves the
@@ -206,7 +224,9 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
             show_ms(held.waited)
         ),
     );
-    let (under, at_terminal) = hold(cfg, &lock, &token, &held, &mut signals, report).await;
+    let tree = tree.unwrap_or_else(Tree::new);
+    let (under, at_terminal, emptied) =
+        hold(cfg, &lock, &token, &held, tree, &mut signals, report).await;
 
     // The one release. --hold-at-least keeps the lock only after a command that ran: a
     // command that never started must not make the other hosts skip the job.
@@ -222,7 +242,10 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
             .unwrap_or_default(),
         _ => Duration::ZERO,
     };
-    let release = release(cfg, &lock, &token, keep, under.lease_lost(), report).await;
+    // Nothing of the command runs any more; its cgroup is removed while the release is on its
+    // way.
+    let releasing = release(cfg, &lock, &token, keep, under.lease_lost(), report);
+    let release = beside(releasing, || drop(emptied)).await;
     let outcome = Outcome::Held { under, release };
     tell(cfg, lock.name(), &outcome, keep, report);
     (outcome, at_terminal)
@@ -240,15 +263,19 @@ struct Held {
     waited: Duration,
 }
 
+/// Take the lock, waiting as `--wait` allows. `prepare` runs once, beside the first attempt.
+#[allow(clippy::too_many_arguments)]
 async fn acquire<L: Lock>(
     cfg: &RunConfig,
     lock: &L,
     token: &mut Token,
     holder: &HolderInfo,
     start: Stamp,
+    prepare: impl FnOnce(),
     signals: &mut Signals,
     report: &Reporter,
 ) -> Result<Held, Ending> {
+    let mut prepare = Some(prepare);
     let started = Stamp::now();
     // With --limit, a busy lock means every permit is taken; the holder named is the one
     // whose lease ends first.
@@ -284,7 +311,11 @@ async fn acquire<L: Lock>(
         } else {
             cfg.target.timeout
         };
-        let attempt = lock.try_acquire(token, cfg.ttl, holder, within).await;
+        let attempting = lock.try_acquire(token, cfg.ttl, holder, within);
+        let attempt = match prepare.take() {
+            Some(work) => beside(attempting, work).await,
+            None => attempting.await,
+        };
         match &attempt {
             // That attempt was taken back and its token cancelled (see the contract).
             Err(e) if e.may_have_written() => *token = Token::new(),
@@ -388,17 +419,35 @@ async fn acquire<L: Lock>(
     result
 }
 
-/// With the lock held: start the command if it may start, and supervise it to its end.
+/// Await `request` (a call to Redis) while `work` runs: the request goes out first, so
+/// `work` (blocking for a few hundred microseconds: making or removing the command's cgroup
+/// and guard) overlaps the round trip instead of adding to it. Only the timing depends on
+/// the yields: a request is handed to the connection's task by its first or second poll
+/// (the first poll of a new connection waits for it to be writable), and that task writes it
+/// before the next yield ends (seen with strace).
+async fn beside<T>(request: impl Future<Output = T>, work: impl FnOnce()) -> T {
+    let (reply, ()) = tokio::join!(request, async {
+        for _ in 0..YIELDS_BEFORE_WORK {
+            tokio::task::yield_now().await;
+        }
+        work();
+    });
+    reply
+}
+
+/// With the lock held: start the command in `tree` if it may start, and supervise it to its
+/// end. Also returns the tree once nothing of the command runs, for the caller to remove.
 async fn hold<L: Lock>(
     cfg: &RunConfig,
     lock: &L,
     token: &Token,
     held: &Held,
+    tree: Tree,
     signals: &mut Signals,
     report: &Reporter,
-) -> (Under, bool) {
+) -> (Under, bool, Option<Tree>) {
     if let Some(sig) = signals.pending().await {
-        return (Under::Interrupted(sig as i32), false);
+        return (Under::Interrupted(sig as i32), false, Some(tree));
     }
     // Said before the spawn, and given a moment to reach stderr (messages leave through a
     // thread, see sink.rs): said after, it would come behind the command's first output.
@@ -411,7 +460,7 @@ async fn hold<L: Lock>(
     // that the lease is already in its last --grace: starting the command now would be
     // starting it without the lock.
     if held.lease.standing(Stamp::now()) != Standing::Safe {
-        return (Under::LateStart, false);
+        return (Under::LateStart, false, Some(tree));
     }
     child::become_subreaper();
     let env = [
@@ -420,7 +469,7 @@ async fn hold<L: Lock>(
         ("REDLOCK_TTL_MS", cfg.ttl.as_millis().to_string()),
         ("REDLOCK_FENCE", held.fence.to_string()),
     ];
-    let mut job = match Job::spawn(&cfg.command, &env) {
+    let mut job = match Job::spawn(tree, &cfg.command, &env) {
         Ok(job) => job,
         Err(err) => {
             let (ending, err) = match err {
@@ -438,7 +487,7 @@ async fn hold<L: Lock>(
                 "spawn",
                 format_args!("cannot run {}: {err}{hint}", cfg.command.display),
             );
-            return (Under::SpawnFailed(ending), false);
+            return (Under::SpawnFailed(ending), false, None);
         }
     };
     let job_pid = job.pid();
@@ -464,7 +513,7 @@ async fn hold<L: Lock>(
         .checked_add(cfg.grace)
         .map_or(ended.deadline, |at| at.min(ended.deadline));
     // An INT or TERM now (the user pressing Ctrl-C again) skips the wait for leftovers.
-    job.finish(leftovers_until, signals.recv_quit()).await;
+    let emptied = job.finish(leftovers_until, signals.recv_quit()).await;
     let end = match ended.status {
         Ok(end) => {
             let how = match end {
@@ -487,7 +536,7 @@ async fn hold<L: Lock>(
         lease: ended.lease,
         max_runtime: ended.max_runtime,
     };
-    (under, at_terminal)
+    (under, at_terminal, emptied)
 }
 
 /// How supervision ended.

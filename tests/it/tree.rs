@@ -115,3 +115,99 @@ fn a_double_forked_job_dies_with_a_sigkilled_wrapper_in_a_cgroup() {
         "a double-forked job runs on after the wrapper was SIGKILLed"
     );
 }
+
+/// The cgroup directories `redlock-run.<pid>*` of wrapper `pid`: it makes them inside its own
+/// cgroup, which is the test's (the wrapper inherits it).
+fn cgroups_of(pid: i32) -> Vec<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return Vec::new();
+    };
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut dirs = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        if !right.starts_with("cgroup2 ") {
+            continue;
+        }
+        let fields: Vec<&str> = left.split(' ').collect();
+        let (root, mount) = (fields[3], fields[4]);
+        let Some(rel) = path.strip_prefix(root) else {
+            continue;
+        };
+        let dir = std::path::Path::new(mount).join(rel.trim_start_matches('/'));
+        let prefix = format!("redlock-run.{pid}");
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == prefix || name.starts_with(&format!("{prefix}.")) {
+                dirs.push(entry.path());
+            }
+        }
+    }
+    dirs
+}
+
+/// The guard of wrapper `pid` (its child named `redlock-guard`), if it has one.
+fn guard_of(pid: i32) -> Option<i32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<i32>().ok())
+        .find(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/comm"))
+                .is_ok_and(|comm| comm.trim() == "redlock-guard")
+        })
+}
+
+/// The command's cgroup and guard are made while the first attempt is on its way (they are
+/// ready when the lock is granted). A run that finds the lock busy removes them on its way
+/// out, and a waiter keeps them while it waits; killed there, its guard removes the cgroup.
+#[test]
+fn runs_that_never_hold_the_lock_leave_no_cgroup_and_no_guard() {
+    let redis = RedisServer::start();
+    if !modes(&redis).iter().any(|(mode, _)| *mode == "cgroup") {
+        eprintln!("skipped: no writable cgroup v2 on this machine");
+        return;
+    }
+    redis.cli(&["SET", "redlock:k", "someone-else", "PX", "60000"]);
+
+    let busy = Wrapper::on(&redis, "k").args(["--", "true"]).spawn();
+    let pid = busy.pid;
+    let out = busy.wait(secs(20));
+    out.expect_code(75);
+    assert!(
+        cgroups_of(pid).is_empty(),
+        "a busy run left its cgroup behind: {:?}\n{out}",
+        cgroups_of(pid)
+    );
+
+    let waiter = Wrapper::on(&redis, "k")
+        .args(["--wait", "60s", "--", "true"])
+        .spawn();
+    let pid = waiter.pid;
+    assert!(
+        poll_until(secs(20), || waiter.stderr_so_far().contains("waiting")),
+        "the waiter never said it waits\n{}",
+        waiter.describe()
+    );
+    let made = cgroups_of(pid);
+    assert_eq!(
+        made.len(),
+        1,
+        "a waiter has its command's cgroup ready: {made:?}\n{}",
+        waiter.describe()
+    );
+    let guard = guard_of(pid).unwrap_or_else(|| panic!("no guard\n{}", waiter.describe()));
+    let _guard = PidGuard::new(guard);
+    waiter.signal(Signal::SIGKILL);
+    let _ = waiter.wait(secs(10));
+    assert!(
+        poll_until(secs(10), || !pid_alive(guard) && !made[0].exists()),
+        "after the waiter was SIGKILLed its guard ran on ({}) or its cgroup stayed ({})",
+        pid_alive(guard),
+        made[0].exists()
+    );
+}
