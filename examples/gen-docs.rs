@@ -3,11 +3,16 @@
 //!
 //! Usage: gen-docs OUT_DIR   (writes OUT_DIR/completions/* and OUT_DIR/man/redlock-run.1)
 //!
-//! - bash: written here from the clap definition. clap_complete's script names the function
-//!   of a subcommand wrongly for a binary with `-` in its name (`redlock-run status --<TAB>`
-//!   offered nothing) and offers the wrapper's own options after `--`.
-//! - zsh: clap_complete. fish: clap_complete, with a guard so that nothing of the wrapper is
-//!   offered after `--`.
+//! - completions: bash, zsh and fish scripts written here, each a template whose option lists
+//!   are filled from the clap definition, so that the three offer the same things: the options
+//!   of a run before the command, only the subcommand's own after `status`, the values of an
+//!   option (a fixed set, file names, or nothing for free text), and after `--` (or the first
+//!   word that is no option) a command name, then that command's own completion, as for
+//!   `sudo`. clap_complete is not used: none of its scripts completes a command after `--`
+//!   (they offered files); its zsh script took `status` for the run's command and offered the
+//!   run's options after it; its zsh and fish scripts broke on a `"` in a value's help (fish
+//!   then lost `--log-format`); its bash script names a subcommand's function wrongly for a
+//!   binary with `-` in its name.
 //! - man page: title, NAME, DESCRIPTION and VERSION from clap_mangen; SYNOPSIS from
 //!   `cli::USAGE`; OPTIONS (grouped by help heading, each with its variable and default) and
 //!   STATUS written here from the clap definition; EXAMPLES, EXIT STATUS and ENVIRONMENT from
@@ -22,10 +27,7 @@ use std::io::Write;
 use std::path::Path;
 
 use clap::{Arg, ArgAction, Command, CommandFactory, ValueHint};
-use clap_complete::{generate_to, Shell};
 use clap_mangen::Man;
-
-const BIN: &str = "redlock-run";
 
 /// README sections copied into the man page: (README heading, man page section).
 const README_SECTIONS: &[(&str, &str)] = &[
@@ -47,9 +49,10 @@ pub fn generate(out: &Path) -> std::io::Result<()> {
     let man_dir = out.join("man");
     fs::create_dir_all(&completions)?;
     fs::create_dir_all(&man_dir)?;
+    check_completable(&built_command())?;
     fs::write(completions.join("redlock-run.bash"), bash_completion())?;
-    generate_to(Shell::Zsh, &mut cli::Cli::command(), BIN, &completions)?;
-    fs::write(completions.join("redlock-run.fish"), fish_completion()?)?;
+    fs::write(completions.join("_redlock-run"), zsh_completion())?;
+    fs::write(completions.join("redlock-run.fish"), fish_completion())?;
     let readme = fs::read_to_string(out.join("README.md")).unwrap_or_default();
     let mut page = Vec::new();
     write_man(&mut page, &readme)?;
@@ -69,26 +72,472 @@ fn visible_options(cmd: &Command) -> impl Iterator<Item = &Arg> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// what the completions complete, for all three shells
+// ---------------------------------------------------------------------------------------------
+
+/// What completes the value of an option.
+enum OptionValue {
+    /// A switch: it takes no value.
+    None,
+    /// One of a fixed set: (value, its help).
+    OneOf(Vec<(String, String)>),
+    /// A file name.
+    File,
+    /// Free text (a key, a URL, a duration): nothing to offer.
+    Text,
+}
+
+fn option_value(arg: &Arg) -> OptionValue {
+    if !arg.get_action().takes_values() {
+        return OptionValue::None;
+    }
+    let possible: Vec<(String, String)> = arg
+        .get_possible_values()
+        .iter()
+        .filter(|v| !v.is_hide_set())
+        .map(|v| {
+            let help = v.get_help().map(|h| h.to_string()).unwrap_or_default();
+            (v.get_name().to_owned(), help)
+        })
+        .collect();
+    if !possible.is_empty() {
+        OptionValue::OneOf(possible)
+    } else if matches!(
+        arg.get_value_hint(),
+        ValueHint::AnyPath | ValueHint::FilePath | ValueHint::DirPath
+    ) {
+        OptionValue::File
+    } else {
+        OptionValue::Text
+    }
+}
+
+/// The one-line help of an option or subcommand, as the shells show it beside the name.
+fn short_help(help: Option<&clap::builder::StyledStr>) -> String {
+    let help = help.map(|h| h.to_string()).unwrap_or_default();
+    help.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The subcommands a user may type (clap's `help` included).
+fn visible_subcommands(cmd: &Command) -> Vec<&Command> {
+    cmd.get_subcommands().filter(|s| !s.is_hide_set()).collect()
+}
+
+/// The completions know a subcommand's options only, and clap's `help` by name: a subcommand
+/// that takes arguments or subcommands of its own must be taught to them first.
+fn check_completable(cmd: &Command) -> std::io::Result<()> {
+    for sub in visible_subcommands(cmd) {
+        if sub.get_name() == "help" {
+            continue;
+        }
+        if sub.get_arguments().any(Arg::is_positional) || sub.has_subcommands() {
+            return Err(std::io::Error::other(format!(
+                "the `{}` subcommand takes arguments that the completions in gen-docs do not \
+                 complete yet",
+                sub.get_name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// zsh
+// ---------------------------------------------------------------------------------------------
+
+/// The zsh completion script: the template is plain zsh; `@NAME@` slots are filled from the
+/// clap definition.
+pub fn zsh_completion() -> String {
+    let cmd = built_command();
+    let subcommands = visible_subcommands(&cmd);
+    let items: Vec<String> = subcommands
+        .iter()
+        .map(|s| {
+            let item = format!(
+                "{}:{}",
+                s.get_name(),
+                zsh_escape(&short_help(s.get_about()), ":")
+            );
+            format!("        {}\n", zsh_quote(&item))
+        })
+        .collect();
+    let mut modes = String::new();
+    for sub in subcommands.iter().filter(|s| s.get_name() != "help") {
+        modes.push_str(&format!(
+            "        ({name})\n\
+             \x20           shift words\n\
+             \x20           (( CURRENT-- ))\n\
+             \x20           curcontext=${{curcontext%:*:*}}:redlock-run-{name}:\n\
+             \x20           _arguments -s -S : \\\n{specs}\
+             \x20           return\n\
+             \x20           ;;\n",
+            name = sub.get_name(),
+            specs = zsh_specs(sub, "                ", false),
+        ));
+    }
+    ZSH_TEMPLATE
+        .replace("@SUBCOMMAND_ITEMS@", &items.concat())
+        .replace("@MODES@", &modes)
+        .replace("@RUN_SPECS@", &zsh_specs(&cmd, "        ", true))
+}
+
+/// The `_arguments` specs of a mode's options, one a line, each ending in ` \`.
+fn zsh_specs(cmd: &Command, indent: &str, more_follow: bool) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for arg in visible_options(cmd) {
+        let mut spellings = option_spellings(arg);
+        spellings.reverse(); // -k before --key
+        let value = option_value(arg);
+        let takes_value = !matches!(value, OptionValue::None);
+        // `-k+`: the value attached or the next word; `--key=`: after `=` or the next word.
+        let forms: Vec<String> = spellings
+            .iter()
+            .map(|s| match (takes_value, s.starts_with("--")) {
+                (false, _) => s.clone(),
+                (true, true) => format!("{s}="),
+                (true, false) => format!("{s}+"),
+            })
+            .collect();
+        // Offered once (both spellings gone when one is on the line), or again (`*`).
+        let repeatable = matches!(arg.get_action(), ArgAction::Append | ArgAction::Count);
+        let exclusion = if repeatable {
+            "*".to_owned()
+        } else if spellings.len() > 1 {
+            format!("({})", spellings.join(" "))
+        } else {
+            String::new()
+        };
+        let mut rest = format!("[{}]", zsh_escape(&short_help(arg.get_help()), "[]:"));
+        let message = arg
+            .get_value_names()
+            .and_then(|n| n.first())
+            .map(|n| zsh_escape(n, ":"))
+            .unwrap_or_else(|| "VALUE".to_owned());
+        match value {
+            OptionValue::None => {}
+            // A single space: the message is shown and nothing is completed.
+            OptionValue::Text => rest.push_str(&format!(":{message}: ")),
+            OptionValue::File => rest.push_str(&format!(":{message}:_files")),
+            OptionValue::OneOf(values) => {
+                let values: Vec<String> = values
+                    .iter()
+                    .map(|(v, help)| {
+                        format!(
+                            "{}\\:\"{}\"",
+                            zsh_escape(v, ": \"\\$`()"),
+                            zsh_escape(help, ":\"\\$`")
+                        )
+                    })
+                    .collect();
+                rest.push_str(&format!(":{message}:(({}))", values.join(" ")));
+            }
+        }
+        // Two spellings share one spec through a brace expansion: '(-k --key)'{-k+,--key=}'…'.
+        let spec = if forms.len() > 1 {
+            format!(
+                "{}{{{}}}{}",
+                zsh_quote(&exclusion),
+                forms.join(","),
+                zsh_quote(&rest)
+            )
+        } else {
+            zsh_quote(&format!("{exclusion}{}{rest}", forms[0]))
+        };
+        lines.push(format!("{indent}{spec}"));
+    }
+    let mut out = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        out.push_str(line);
+        if more_follow || i + 1 < lines.len() {
+            out.push_str(" \\");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `s` with a backslash before each of `special` (and before a backslash).
+fn zsh_escape(s: &str, special: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if c == '\\' || special.contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `s` single-quoted for zsh.
+fn zsh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+const ZSH_TEMPLATE: &str = r#"#compdef redlock-run
+# zsh completion for redlock-run
+# Generated by scripts/gen-docs from the clap definition in src/cli.rs; do not edit by hand.
+#
+# Offers the options of a run and of each subcommand, the values of options that have a fixed
+# set (file names for file options), and after `--`, or the first word that is neither an
+# option nor an option's value, the name of the command to run; that command's own arguments
+# are completed by its own completion (_normal), as for sudo.
+
+_redlock-run() {
+    local curcontext=$curcontext
+    local -a subcommands=(
+@SUBCOMMAND_ITEMS@    )
+
+    # A subcommand is the first word, and only its own options follow it.
+    if (( CURRENT > 2 )); then
+        case $words[2] in
+@MODES@        (help)
+            (( CURRENT == 3 )) && _describe -t subcommands 'redlock-run subcommand' subcommands
+            return
+            ;;
+        esac
+    fi
+
+    # A run: options, then the command (after `--` or as the first other word) and its
+    # arguments, which are the command's: no option of redlock-run is offered there.
+    _arguments -s -S : \
+@RUN_SPECS@        '(-)1: :_redlock-run_command_or_subcommand' \
+        '(-)*:: :_redlock-run_arguments'
+}
+
+(( $+functions[_redlock-run_command_or_subcommand] )) ||
+_redlock-run_command_or_subcommand() {
+    # The first word may be a subcommand; when none starts with it, it is a command.
+    if (( CURRENT == 2 )); then
+        _describe -t subcommands 'redlock-run subcommand' subcommands && return 0
+    fi
+    _command_names -e
+}
+
+(( $+functions[_redlock-run_arguments] )) ||
+_redlock-run_arguments() {
+    # $words is the command and its arguments, except that _arguments leaves in a `--` that
+    # comes right after redlock-run.
+    if [[ $words[1] == -- ]]; then
+        shift words
+        (( CURRENT-- ))
+    fi
+    _normal
+}
+
+if [[ $funcstack[1] == _redlock-run ]]; then
+    _redlock-run "$@"
+else
+    compdef _redlock-run redlock-run
+fi
+"#;
+
+// ---------------------------------------------------------------------------------------------
 // fish
 // ---------------------------------------------------------------------------------------------
 
-/// clap_complete's fish script, except that nothing of the wrapper is offered after `--`: the
-/// words there are the command's. (Its `argparse -s` stops at `--` and, with nothing after it,
-/// took the line for one that still needs a subcommand, offering `status` and the options.)
-fn fish_completion() -> std::io::Result<String> {
-    let mut script = Vec::new();
-    clap_complete::generate(Shell::Fish, &mut cli::Cli::command(), BIN, &mut script);
-    let script = String::from_utf8(script).map_err(std::io::Error::other)?;
-    let anchor = "    set -l cmd (commandline -opc)\n    set -e cmd[1]\n";
-    if !script.contains(anchor) {
-        return Err(std::io::Error::other(
-            "clap_complete's fish script changed: review the `--` guard in gen-docs",
-        ));
+/// The fish completion script: the template is plain fish; `@NAME@` slots are filled from the
+/// clap definition.
+pub fn fish_completion() -> String {
+    let cmd = built_command();
+    let subcommands = visible_subcommands(&cmd);
+    let names: Vec<&str> = subcommands.iter().map(|s| s.get_name()).collect();
+    let items: Vec<String> = subcommands
+        .iter()
+        .map(|s| {
+            format!(
+                "{}\\t{}",
+                s.get_name(),
+                fish_quote(&short_help(s.get_about()))
+            )
+        })
+        .collect();
+    let mut long_values = Vec::new();
+    let mut short_values = Vec::new();
+    for arg in visible_options(&cmd) {
+        if arg.get_action().takes_values() {
+            long_values.extend(arg.get_long().map(|l| format!("--{l}")));
+            short_values.extend(arg.get_short().map(String::from));
+        }
     }
-    let guard = "    # After `--` the words are the command's, not redlock-run's.\n\
-                 \x20   contains -- -- $cmd; and return 1\n";
-    Ok(script.replacen(anchor, &format!("{anchor}{guard}"), 1))
+
+    let mut entries = String::new();
+    entries.push_str(&fish_options(&cmd, "options value"));
+    for sub in subcommands.iter().filter(|s| s.get_name() != "help") {
+        entries.push_str(&fish_options(sub, sub.get_name()));
+    }
+    let others: Vec<&str> = names.iter().copied().filter(|n| *n != "help").collect();
+    FISH_TEMPLATE
+        .replace("@SUBCOMMANDS@", &others.join(" "))
+        .replace("@SUBCOMMAND_NAMES@", &names.join(" "))
+        .replace("@SUBCOMMAND_ITEMS@", &items.join(" "))
+        .replace("@HELP_ITEMS@", &fish_quote(&items.join(" ")))
+        .replace("@LONG_VALUES@", &long_values.join(" "))
+        .replace("@SHORT_VALUES@", &short_values.join(" "))
+        .replace("@OPTIONS@", &entries)
 }
+
+/// One `complete` line for each option of a mode, offered in the given states.
+fn fish_options(cmd: &Command, states: &str) -> String {
+    let mut out = String::new();
+    for arg in visible_options(cmd) {
+        let mut line = format!(
+            "complete -c redlock-run -n {}",
+            fish_quote(&format!("__fish_redlock_run_in {states}"))
+        );
+        if let Some(short) = arg.get_short() {
+            line.push_str(&format!(" -s {short}"));
+        }
+        if let Some(long) = arg.get_long() {
+            line.push_str(&format!(" -l {long}"));
+        }
+        match option_value(arg) {
+            OptionValue::None => {}
+            OptionValue::Text => line.push_str(" -x"),
+            OptionValue::File => line.push_str(" -r -F"),
+            OptionValue::OneOf(values) => {
+                // Each candidate a fish word: the value, a tab, its help; the list itself is
+                // one single-quoted argument that fish splits into those words.
+                let words: Vec<String> = values
+                    .iter()
+                    .map(|(v, help)| format!("{}\\t{}", fish_word(v), fish_quote(help)))
+                    .collect();
+                line.push_str(&format!(" -x -a {}", fish_quote(&words.join(" "))));
+            }
+        }
+        line.push_str(&format!(
+            " -d {}\n",
+            fish_quote(&short_help(arg.get_help()))
+        ));
+        out.push_str(&line);
+    }
+    out
+}
+
+/// `s` as one fish word: as it is when plain, else quoted.
+fn fish_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '+');
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_owned()
+    } else {
+        fish_quote(s)
+    }
+}
+
+/// `s` single-quoted for fish (where `\` escapes only `'` and `\`).
+fn fish_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\\', r"\\").replace('\'', r"\'"))
+}
+
+const FISH_TEMPLATE: &str = r#"# fish completion for redlock-run
+# Generated by scripts/gen-docs from the clap definition in src/cli.rs; do not edit by hand.
+#
+# Offers the options of a run and of each subcommand, the values of options that have a fixed
+# set (file names for file options), and after `--`, or the first word that is neither an
+# option nor an option's value, the name of the command to run; that command's own arguments
+# are completed as fish completes the command when typed on its own, as for sudo.
+
+# Where the word being completed stands, from the words before it: `first` (a subcommand or the
+# command), `options` (an option of a run), `value` (the value of a run's option), `command`
+# and the index of the command's first word among the words after redlock-run, or in a
+# subcommand its name (`help` for the word right after it, then `done`).
+function __fish_redlock_run_state
+    set -l words (commandline -opc)
+    set -e words[1]
+    set -l n (count $words)
+    switch "$words[1]"
+        case @SUBCOMMANDS@
+            echo $words[1]
+            return
+        case help
+            test $n -eq 1; and echo help; or echo done
+            return
+    end
+    set -l i 1
+    while test $i -le $n
+        set -l w $words[$i]
+        switch $w
+            case --
+                printf '%s\n' command (math $i + 1)
+                return
+            case '--*=*'
+            case '--*'
+                if contains -- $w @LONG_VALUES@
+                    test $i -eq $n; and echo value; and return
+                    set i (math $i + 1)
+                end
+            case '-?*'
+                # Short options, bundled (-qk KEY) or with the value attached (-kKEY).
+                set -l rest (string sub -s 2 -- $w)
+                while test -n "$rest"
+                    set -l c (string sub -l 1 -- $rest)
+                    set rest (string sub -s 2 -- $rest)
+                    if contains -- $c @SHORT_VALUES@
+                        if test -z "$rest"
+                            test $i -eq $n; and echo value; and return
+                            set i (math $i + 1)
+                        end
+                        break
+                    end
+                end
+            case '*'
+                # Without `--`, the first word that is no option starts the command.
+                printf '%s\n' command $i
+                return
+        end
+        set i (math $i + 1)
+    end
+    if string match -q -- '-*' (commandline -ct)
+        echo options
+    else if test $n -eq 0
+        echo first
+    else
+        printf '%s\n' command (math $n + 1)
+    end
+end
+
+# Succeeds when the word being completed stands in one of the states given.
+function __fish_redlock_run_in
+    contains -- (__fish_redlock_run_state)[1] $argv
+end
+
+# The first word: the subcommands when one starts with it, else command names.
+function __fish_redlock_run_complete_first
+    set -l word (string escape --style=regex -- (commandline -ct))
+    if string match -qr -- "^$word" @SUBCOMMAND_NAMES@
+        printf '%s\n' @SUBCOMMAND_ITEMS@
+    else
+        __fish_redlock_run_complete_command 1
+    end
+end
+
+# The command and its arguments. $argv[1]: the index of the command's first word among the
+# words after redlock-run.
+function __fish_redlock_run_complete_command
+    set -l words (commandline -opc)
+    set -e words[1]
+    set -l word (commandline -ct)
+    if test $argv[1] -gt (count $words)
+        # The command's name: a program, or a path to one. (Only programs can be run: fish's
+        # builtins and functions are left out, and so are directories, bar in a path.)
+        for candidate in (complete -C "$word")
+            set -l name (string split -m 1 \t -- $candidate)[1]
+            if string match -q -- '*/*' $word; or command -q -- $name
+                echo $candidate
+            end
+        end
+        return
+    end
+    # Its arguments: as fish completes the command's own line (like __fish_complete_subcommand,
+    # but the words keep their quoting).
+    set -l line (string escape -- $words[$argv[1]..-1]) "$word"
+    complete -C (string join ' ' -- $line)
+end
+
+complete -c redlock-run -n '__fish_redlock_run_in first' -x -a '(__fish_redlock_run_complete_first)'
+complete -c redlock-run -n '__fish_redlock_run_in command' -x -a '(__fish_redlock_run_complete_command (__fish_redlock_run_state)[2])'
+complete -c redlock-run -n '__fish_redlock_run_in help' -x -a @HELP_ITEMS@
+complete -c redlock-run -n '__fish_redlock_run_in @SUBCOMMANDS@ done' -f
+@OPTIONS@"#;
 
 // ---------------------------------------------------------------------------------------------
 // bash
@@ -98,7 +547,7 @@ fn fish_completion() -> std::io::Result<String> {
 /// the clap definition so that new options reach the completion without editing it.
 pub fn bash_completion() -> String {
     let cmd = built_command();
-    let subcommands: Vec<&Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).collect();
+    let subcommands = visible_subcommands(&cmd);
     let names: Vec<&str> = subcommands.iter().map(|s| s.get_name()).collect();
 
     // Per mode (a run, or a subcommand): the options offered, and those taking a value.
@@ -120,29 +569,23 @@ pub fn bash_completion() -> String {
     let mut seen = Vec::new();
     let all = std::iter::once(&cmd).chain(subcommands.iter().copied());
     for arg in all.flat_map(visible_options) {
-        if !arg.get_action().takes_values() || seen.contains(&arg.get_id()) {
+        if seen.contains(&arg.get_id()) {
             continue;
         }
         seen.push(arg.get_id());
         let pattern = option_spellings(arg).join("|");
-        let possible: Vec<String> = arg
-            .get_possible_values()
-            .iter()
-            .filter(|v| !v.is_hide_set())
-            .map(|v| v.get_name().to_owned())
-            .collect();
-        if !possible.is_empty() {
-            values.push_str(&format!(
-                "        {pattern}) _redlock_run_reply -W '{}' -- \"$cur\" ;;\n",
-                possible.join(" ")
-            ));
-        } else if matches!(
-            arg.get_value_hint(),
-            ValueHint::AnyPath | ValueHint::FilePath | ValueHint::DirPath
-        ) {
-            values.push_str(&format!(
+        match option_value(arg) {
+            OptionValue::OneOf(possible) => {
+                let possible: Vec<&str> = possible.iter().map(|(v, _)| v.as_str()).collect();
+                values.push_str(&format!(
+                    "        {pattern}) _redlock_run_reply -W '{}' -- \"$cur\" ;;\n",
+                    possible.join(" ")
+                ));
+            }
+            OptionValue::File => values.push_str(&format!(
                 "        {pattern}) ;; # file names (complete -o default)\n"
-            ));
+            )),
+            OptionValue::None | OptionValue::Text => {}
         }
     }
 

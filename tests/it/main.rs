@@ -38,8 +38,9 @@
 //!   stopped, in the cgroup and the /proc modes, and with a cgroup after a wrapper SIGKILL.
 //! - `docs`: the committed completions and man page are up to date; the man page documents
 //!   every option, its variable and `status`; `--help` shows the usage forms.
-//! - `completion`: the bash completion, run in bash: options of a run and of `status`,
-//!   commands after `--`.
+//! - `completion`: the bash, zsh and fish completions, run in those shells (zsh on a
+//!   pseudo-terminal): options of a run and of `status`, option values, commands after `--`
+//!   and the command's own completion.
 //! - `sentinel`: `redis+sentinel://`: runs through the sentinels, sentinels partly down, a
 //!   failover while a command runs (no second holder), a restarted old master never used,
 //!   a demoted master, fences across a failover, bad URLs, passwords of data nodes and
