@@ -42,7 +42,7 @@ impl RedisFailure {
             || unauthenticated
         {
             FailureKind::Auth
-        } else if code == "NOPERM" {
+        } else if code == "NOPERM" || script_acl_refusal(err) {
             FailureKind::NoPermission
         } else if code == "READONLY" {
             FailureKind::ReadOnly
@@ -189,6 +189,18 @@ fn script_error_code(err: &redis::RedisError) -> Option<&str> {
     }
     let code = detail.split(" -").nth(1)?.split_whitespace().next()?;
     (!code.is_empty() && code.chars().all(|c| c.is_ascii_uppercase())).then_some(code)
+}
+
+/// A command inside a script refused by the ACL (a key the user may not touch). The scripts
+/// declare only the lock key (protocol/mod.rs), so a refused companion key is found by the
+/// script itself, and the server words it as it likes: `ERR The user executing the script
+/// can't access ...` (Redis 7.0, and wrapped in `Error running script` by 6.2), `ERR ACL
+/// failure in script: ...` (Valkey).
+fn script_acl_refusal(err: &redis::RedisError) -> bool {
+    err.code() == Some("ERR")
+        && err.detail().is_some_and(|d| {
+            d.contains("The user executing the script can't") || d.contains("ACL failure in script")
+        })
 }
 
 /// The error in words, without anything that could quote a password.

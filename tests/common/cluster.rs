@@ -4,9 +4,9 @@
 //! ready once every node says `cluster_state:ok` and names the same master for every slot.
 //!
 //! Helpers: which node serves a key, migrating a slot to another master (in the three steps
-//! a test may want to stop between), killing a master and waiting for its replica to take
-//! over, and a `Wrapper` on the cluster. Dropping the cluster kills every node (each
-//! `RedisServer` does so itself).
+//! a test may want to stop between, the second one also key by key), killing a master and
+//! waiting for its replica to take over, and a `Wrapper` on the cluster. Dropping the cluster
+//! kills every node (each `RedisServer` does so itself).
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
@@ -239,6 +239,24 @@ impl Cluster {
             .expect("owner among the nodes")
     }
 
+    /// The keys of `slot` that node `i` has, as `CLUSTER GETKEYSINSLOT` lists them: this
+    /// answers whatever the slot's state on the node (a command on a key would get MOVED or
+    /// ASK while the slot is migrating).
+    pub fn keys_in_slot(&self, i: usize, slot: u16) -> Vec<String> {
+        let keys = self.nodes[i].cli(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "1000"]);
+        keys.lines()
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Whether any live node has `key`.
+    pub fn anywhere(&self, key: &str) -> bool {
+        let slot = self.slot(key);
+        self.live()
+            .any(|i| self.keys_in_slot(i, slot).iter().any(|k| k == key))
+    }
+
     /// A master other than `not`.
     pub fn other_master(&self, not: usize) -> usize {
         (0..self.masters)
@@ -264,12 +282,16 @@ impl Cluster {
 
     /// The second step: every key of `slot` moves from `from` to `to` (one MIGRATE).
     pub fn move_keys(&self, slot: u16, from: usize, to: usize) {
-        let slot_s = slot.to_string();
-        let keys = self.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "1000"]);
-        let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
-        if keys.is_empty() {
-            return;
+        let keys = self.keys_in_slot(from, slot);
+        if !keys.is_empty() {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            self.move_these_keys(&keys, from, to);
         }
+    }
+
+    /// Part of the second step: only `keys` (which must be on `from`) move to `to`, in one
+    /// MIGRATE, leaving the slot's other keys where they are.
+    pub fn move_these_keys(&self, keys: &[&str], from: usize, to: usize) {
         let port = self.nodes[to].port().to_string();
         let mut cmd = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
         cmd.extend(keys.iter().copied());

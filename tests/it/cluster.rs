@@ -2,7 +2,9 @@
 //! woken by the release, fences; a lost lock; `--min-replicas` on the key's master; the slot
 //! migrated mid-run (ASK, then MOVED); the key's master killed and its replica promoted
 //! mid-run; an unrelated master frozen with an empty script cache; usage errors; secrets;
-//! `--limit 2`; `rediss+cluster://`.
+//! `--limit 2`; `rediss+cluster://`; runs that start, hold, release and wait while the
+//! lock's own slot is stopped mid-migration (no key moved, every key moved, only the lock key
+//! moved; waiters queued before it or arriving during it), with and without `--limit`.
 
 use std::fs;
 use std::thread;
@@ -545,4 +547,359 @@ fn a_master_named_question_mark_is_not_replaced_by_its_replica() {
         !out.stderr.contains("?:"),
         "followed the replica's MOVED to an unknown endpoint\n{out}"
     );
+}
+
+// While the lock's own slot is being migrated (MIGRATING on its master, IMPORTING on the other
+// one, until CLUSTER SETSLOT NODE), stopped at each step a migration passes through: no key
+// moved yet, every key moved, the lock key alone moved. Redis refuses a script whose declared
+// keys are not all on the node it reaches, and the lock's companion keys (queue, cancelled
+// tokens, release channel) often exist nowhere; see protocol/mod.rs and topology/cluster.rs.
+
+/// `status --json` of lock `name` on `cluster`.
+fn status_json(cluster: &Cluster, name: &str) -> String {
+    let out = Wrapper::new()
+        .args(["status", "--redis", &cluster.url(), "--key", name, "--json"])
+        .run();
+    out.expect_code(0);
+    out.stdout.trim().to_owned()
+}
+
+/// A run's fence, from the file its command wrote it to.
+fn fence_in(path: &std::path::Path) -> u64 {
+    read_trimmed(path).parse().expect("a fence")
+}
+
+/// A finished run that held the lock and let it go: exit 0, and no line but a waiter's
+/// notice that it waits (no failed release, no retry).
+fn released_cleanly(out: &Outcome) {
+    out.expect_code(0);
+    assert!(
+        out.stderr_lines()
+            .iter()
+            .all(|l| l.contains("; waiting up to")),
+        "{out}"
+    );
+}
+
+/// Runs waiting in the queue of lock `name`, as `status` sees them.
+fn queued(cluster: &Cluster, name: &str) -> u64 {
+    let json = status_json(cluster, name);
+    json_field(&json, "queued").parse().expect("queued")
+}
+
+/// Migration begun, no key moved: the holder took the lock before, two waiters queued before.
+/// `status` answers, a run without `--wait` finds the lock busy, the holder's release deletes
+/// it on the old master. The lock is then free, but its fence counter and queue are still
+/// there, where Redis creates no new key of a migrating slot, and the new master cannot see
+/// them: the waiters wait, keeping their places (well past how long a place is kept without a
+/// new attempt), and once the keys move, take the lock in their order, with growing fences.
+#[test]
+fn a_slot_migration_that_has_moved_no_key_yet() {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = "redlock:mig";
+    let queue = "{redlock:mig}:queue";
+    let slot = cluster.slot(key);
+    let from = cluster.owner_of(key);
+    let to = cluster.other_master(from);
+    let first = cluster.wrapper("mig").sh("echo $REDLOCK_FENCE").run();
+    first.expect_code(0);
+    let first_fence: u64 = first.stdout.trim().parse().expect("REDLOCK_FENCE");
+    let mut holder = cluster
+        .wrapper("mig")
+        .sh(&format!("echo $REDLOCK_FENCE > holder-fence; {UNTIL_GO}"))
+        .current_dir(dir.path())
+        .spawn();
+    holder.child_pid(&dir.path().join("started"), secs(10));
+    // A place is kept 2 s without a new attempt with --connect-timeout 1s.
+    let waiter = |name: &str| {
+        cluster
+            .wrapper("mig")
+            .args(["--wait", "60s", "--connect-timeout", "1s"])
+            .sh(&format!("echo {name} $REDLOCK_FENCE >> order"))
+            .current_dir(dir.path())
+            .spawn()
+    };
+    let mut w1 = waiter("w1");
+    w1.wait_until(secs(20), "w1 queued", || queued(&cluster, "mig") == 1);
+    let mut w2 = waiter("w2");
+    w2.wait_until(secs(20), "w2 queued", || queued(&cluster, "mig") == 2);
+
+    cluster.begin_migration(slot, from, to);
+    let json = status_json(&cluster, "mig");
+    assert_eq!(json_field(&json, "held"), "true", "{json}");
+    assert_eq!(json_field(&json, "queued"), "2", "{json}");
+    let busy = cluster
+        .wrapper("mig")
+        .sh("touch nowait-ran")
+        .current_dir(dir.path())
+        .run();
+    busy.expect_code(75);
+    assert!(!dir.path().join("nowait-ran").exists());
+
+    fs::write(dir.path().join("go"), "").unwrap();
+    released_cleanly(&holder.wait(secs(20)));
+    assert!(!cluster.anywhere(key), "the lock is left behind");
+    assert!(
+        !cluster.anywhere("{redlock:mig}:holder"),
+        "its holder info too"
+    );
+
+    thread::sleep(secs(4));
+    assert!(
+        !dir.path().join("order").exists(),
+        "a waiter took the lock while its fence counter and queue were out of reach"
+    );
+    assert!(w1.is_running() && w2.is_running(), "{}", w1.describe());
+    assert_eq!(queued(&cluster, "mig"), 2, "the waiters lost their places");
+    assert!(cluster.keys_in_slot(from, slot).iter().any(|k| k == queue));
+
+    cluster.move_keys(slot, from, to);
+    let (o1, o2) = (w1.wait(secs(30)), w2.wait(secs(30)));
+    released_cleanly(&o1);
+    released_cleanly(&o2);
+    let order = read_trimmed(&dir.path().join("order"));
+    let order: Vec<(&str, u64)> = order
+        .lines()
+        .map(|l| {
+            let (name, fence) = l.split_once(' ').expect("name fence");
+            (name, fence.parse().expect("a fence"))
+        })
+        .collect();
+    assert_eq!(
+        order.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        ["w1", "w2"],
+        "not in the order they queued"
+    );
+    let holder_fence = fence_in(&dir.path().join("holder-fence"));
+    let fences = [first_fence, holder_fence, order[0].1, order[1].1];
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences must grow: {fences:?}"
+    );
+    cluster.finish_migration(slot, to);
+    assert!(!cluster.anywhere(key));
+    assert_eq!(queued(&cluster, "mig"), 0);
+}
+
+/// Migration begun, no key moved, the lock held on the old master and nobody queued: a waiter
+/// that arrives now cannot join a queue there (the old master creates no new key of a
+/// migrating slot), so it queues on the new one, which has none of the lock's keys to
+/// conflict with: the migration's MIGRATE of the others still succeeds. The holder releases
+/// on the old master; the waiter takes the lock once the fence counter has moved.
+#[test]
+fn a_waiter_that_arrives_mid_migration_queues_on_the_new_master() {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = "redlock:late";
+    let queue = "{redlock:late}:queue";
+    let slot = cluster.slot(key);
+    let from = cluster.owner_of(key);
+    let to = cluster.other_master(from);
+    let mut holder = cluster
+        .wrapper("late")
+        .sh(&format!("echo $REDLOCK_FENCE > holder-fence; {UNTIL_GO}"))
+        .current_dir(dir.path())
+        .spawn();
+    holder.child_pid(&dir.path().join("started"), secs(10));
+    cluster.begin_migration(slot, from, to);
+    let mut w = cluster
+        .wrapper("late")
+        .args(["--wait", "30s"])
+        .sh("echo $REDLOCK_FENCE > w-fence")
+        .current_dir(dir.path())
+        .spawn();
+    w.wait_until(secs(20), "w queued", || queued(&cluster, "late") == 1);
+    assert!(cluster.keys_in_slot(to, slot).iter().any(|k| k == queue));
+    let json = status_json(&cluster, "late");
+    assert_eq!(json_field(&json, "held"), "true", "{json}");
+    assert_ne!(json_field(&json, "pid"), "null", "holder info: {json}");
+
+    fs::write(dir.path().join("go"), "").unwrap();
+    released_cleanly(&holder.wait(secs(20)));
+    assert!(!cluster.anywhere(key), "the lock is left behind");
+    thread::sleep(secs(1));
+    assert!(
+        !dir.path().join("w-fence").exists(),
+        "w took the lock while its fence counter was out of reach"
+    );
+    cluster.move_keys(slot, from, to);
+    released_cleanly(&w.wait(secs(20)));
+    let fences = [
+        fence_in(&dir.path().join("holder-fence")),
+        fence_in(&dir.path().join("w-fence")),
+    ];
+    assert!(fences[0] < fences[1], "fences must grow: {fences:?}");
+    cluster.finish_migration(slot, to);
+    assert!(!cluster.anywhere(key));
+    assert_eq!(queued(&cluster, "late"), 0);
+}
+
+/// Every key of the lock moved to the new master, the slot not handed over yet (the old one
+/// answers ASK): a run takes the lock there and renews it (1 s ttl), `status` reads it, a run
+/// without `--wait` finds it busy, a waiter queues, the release deletes it, the waiter follows.
+#[test]
+fn a_slot_migration_that_has_moved_every_key() {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = "redlock:moved";
+    let slot = cluster.slot(key);
+    let from = cluster.owner_of(key);
+    let to = cluster.other_master(from);
+    let first = cluster.wrapper("moved").sh("echo $REDLOCK_FENCE").run();
+    first.expect_code(0);
+    let first_fence: u64 = first.stdout.trim().parse().expect("REDLOCK_FENCE");
+    cluster.begin_migration(slot, from, to);
+    cluster.move_keys(slot, from, to);
+
+    let mut a = cluster
+        .wrapper("moved")
+        .args(["--ttl", "1s"])
+        .sh(&format!("echo $REDLOCK_FENCE > a-fence; {UNTIL_GO}"))
+        .current_dir(dir.path())
+        .spawn();
+    a.child_pid(&dir.path().join("started"), secs(10));
+    assert_eq!(
+        cluster
+            .keys_in_slot(to, slot)
+            .iter()
+            .filter(|k| *k == key)
+            .count(),
+        1
+    );
+    thread::sleep(ms(1500));
+    assert!(a.is_running(), "renewals\n{}", a.describe());
+    let a_fence = fence_in(&dir.path().join("a-fence"));
+    let json = status_json(&cluster, "moved");
+    assert_eq!(json_field(&json, "held"), "true", "{json}");
+    assert_eq!(json_field(&json, "fence"), a_fence.to_string(), "{json}");
+    cluster.wrapper("moved").sh("true").run().expect_code(75);
+    let mut b = cluster
+        .wrapper("moved")
+        .args(["--wait", "30s"])
+        .sh("echo $REDLOCK_FENCE > b-fence")
+        .current_dir(dir.path())
+        .spawn();
+    b.wait_until(secs(20), "b queued", || queued(&cluster, "moved") == 1);
+
+    fs::write(dir.path().join("go"), "").unwrap();
+    released_cleanly(&a.wait(secs(20)));
+    released_cleanly(&b.wait(secs(20)));
+    let b_fence = fence_in(&dir.path().join("b-fence"));
+    assert!(
+        first_fence < a_fence && a_fence < b_fence,
+        "fences must grow: {first_fence} {a_fence} {b_fence}"
+    );
+    assert!(!cluster.anywhere(key));
+    cluster.finish_migration(slot, to);
+}
+
+/// Caught between the keys: the lock key moved, its holder info and fence counter not yet.
+/// Renewals (1 s ttl) and the release follow the lock; `status` reads each key where it is;
+/// a waiter cannot take the free lock before the fence counter moves, and then does.
+#[test]
+fn a_slot_migration_caught_between_the_lock_and_its_other_keys() {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = "redlock:split";
+    let slot = cluster.slot(key);
+    let from = cluster.owner_of(key);
+    let to = cluster.other_master(from);
+    let mut a = cluster
+        .wrapper("split")
+        .args(["--ttl", "1s"])
+        .sh(&format!("echo $REDLOCK_FENCE > a-fence; {UNTIL_GO}"))
+        .current_dir(dir.path())
+        .spawn();
+    a.child_pid(&dir.path().join("started"), secs(10));
+    cluster.begin_migration(slot, from, to);
+    cluster.move_these_keys(&[key], from, to);
+    let left: Vec<String> = cluster.keys_in_slot(from, slot);
+    assert!(
+        left.iter().any(|k| k == "{redlock:split}:fence"),
+        "{left:?}"
+    );
+
+    thread::sleep(ms(1500));
+    assert!(a.is_running(), "renewals\n{}", a.describe());
+    let json = status_json(&cluster, "split");
+    assert_eq!(json_field(&json, "held"), "true", "{json}");
+    let mut b = cluster
+        .wrapper("split")
+        .args(["--wait", "30s"])
+        .sh("echo $REDLOCK_FENCE > b-fence")
+        .current_dir(dir.path())
+        .spawn();
+    b.wait_until(secs(20), "b queued", || queued(&cluster, "split") == 1);
+
+    fs::write(dir.path().join("go"), "").unwrap();
+    released_cleanly(&a.wait(secs(20)));
+    assert!(!cluster.anywhere(key), "the lock is left behind");
+    thread::sleep(secs(1));
+    assert!(
+        !dir.path().join("b-fence").exists(),
+        "b took the lock while its fence counter was out of reach"
+    );
+    cluster.move_keys(slot, from, to);
+    released_cleanly(&b.wait(secs(20)));
+    let (a_fence, b_fence) = (
+        fence_in(&dir.path().join("a-fence")),
+        fence_in(&dir.path().join("b-fence")),
+    );
+    assert!(a_fence < b_fence, "fences must grow: {a_fence} {b_fence}");
+    assert!(!cluster.anywhere(key));
+    cluster.finish_migration(slot, to);
+}
+
+/// `--limit 2` while its slot migrates: a holder from before the migration releases on the
+/// old master (no key moved yet); once the keys moved, two runs hold it at once on the new
+/// master, a third is busy, and both release.
+#[test]
+fn limit_two_while_its_slot_migrates() {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = "redlock:pairs";
+    let slot = cluster.slot(key);
+    let from = cluster.owner_of(key);
+    let to = cluster.other_master(from);
+    let holder = |name: &str| {
+        let mut run = cluster
+            .wrapper("pairs")
+            .args(["--limit", "2"])
+            .sh(&format!(
+                "touch {name}; i=0; while [ ! -e go-{name} ] && [ $i -lt 1200 ]; do \
+                 sleep 0.05; i=$((i+1)); done"
+            ))
+            .current_dir(dir.path())
+            .spawn();
+        run.wait_for_file(&dir.path().join(name), secs(10));
+        run
+    };
+    let go = |name: &str| fs::write(dir.path().join(format!("go-{name}")), "").unwrap();
+    let a = holder("a");
+    cluster.begin_migration(slot, from, to);
+    go("a");
+    released_cleanly(&a.wait(secs(20)));
+    assert!(!cluster.anywhere(key), "a's permit is left behind");
+
+    cluster.move_keys(slot, from, to);
+    let (b, c) = (holder("b"), holder("c"));
+    let json = status_json(&cluster, "pairs");
+    assert_eq!(json_field(&json, "held"), "true", "{json}");
+    assert_eq!(
+        json.matches("\"ttl_ms\":").count(),
+        3,
+        "two holders: {json}"
+    ); // top + 2
+    cluster
+        .wrapper("pairs")
+        .args(["--limit", "2", "--", "true"])
+        .run()
+        .expect_code(75);
+    go("b");
+    go("c");
+    released_cleanly(&b.wait(secs(20)));
+    released_cleanly(&c.wait(secs(20)));
+    assert!(!cluster.anywhere(key));
+    cluster.finish_migration(slot, to);
 }

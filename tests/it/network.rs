@@ -273,66 +273,52 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
     let redis = RedisServer::start();
     let scripts =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lock/protocol/scripts");
-    let cancel = std::fs::read_to_string(scripts.join("cancel.lua")).unwrap();
-    // As the wrapper sends it: the shared prelude, then the script.
-    let acquire = std::fs::read_to_string(scripts.join("prelude.lua")).unwrap()
-        + &std::fs::read_to_string(scripts.join("acquire.lua")).unwrap();
+    let read = |name: &str| std::fs::read_to_string(scripts.join(name)).unwrap();
+    // As the wrapper sends them: the shared helpers (and the acquire's prelude) first.
+    let cancel = read("reach.lua") + &read("cancel.lua");
+    let acquire = read("reach.lua") + &read("prelude.lua") + &read("acquire.lua");
     let token = "late-token";
     let cancelled = redis.cli(&[
         "EVAL",
         &cancel,
-        "4",
+        "1",
         "redlock:k",
         "{redlock:k}:holder",
         "{redlock:k}:released",
         "{redlock:k}:cancelled",
         token,
         "600000",
+        "1",
     ]);
     assert_eq!(cancelled, "0", "nothing to release yet");
-    let late = redis.cli(&[
-        "EVAL",
-        &acquire,
-        "6",
-        "redlock:k",
-        "{redlock:k}:fence",
-        "{redlock:k}:holder",
-        "{redlock:k}:cancelled",
-        "{redlock:k}:queue",
-        "{redlock:k}:queue-expiry",
-        token,
-        "30000",
-        "60000",
-        "host",
-        "1",
-        "cmd",
-        "",
-        "30000",
-    ]);
+    let acquire_with = |token: &str| {
+        redis.cli(&[
+            "EVAL",
+            &acquire,
+            "1",
+            "redlock:k",
+            "{redlock:k}:fence",
+            "{redlock:k}:holder",
+            "{redlock:k}:cancelled",
+            "{redlock:k}:queue",
+            "{redlock:k}:queue-expiry",
+            token,
+            "30000",
+            "60000",
+            "host",
+            "1",
+            "cmd",
+            "",
+            "30000",
+        ])
+    };
+    let late = acquire_with(token);
     assert!(
         !redis.exists("redlock:k"),
         "the late acquire took the lock: {late}"
     );
     // Another run's token is not affected.
-    redis.cli(&[
-        "EVAL",
-        &acquire,
-        "6",
-        "redlock:k",
-        "{redlock:k}:fence",
-        "{redlock:k}:holder",
-        "{redlock:k}:cancelled",
-        "{redlock:k}:queue",
-        "{redlock:k}:queue-expiry",
-        "another-token",
-        "30000",
-        "60000",
-        "host",
-        "1",
-        "cmd",
-        "",
-        "30000",
-    ]);
+    acquire_with("another-token");
     assert_eq!(redis.get("redlock:k").as_deref(), Some("another-token"));
 }
 

@@ -172,10 +172,11 @@ fn acquire_on(server: &RedisServer, token: &str) -> u64 {
     let out = server.cli(&[
         "EVAL",
         concat!(
+            include_str!("../../src/lock/protocol/scripts/reach.lua"),
             include_str!("../../src/lock/protocol/scripts/prelude.lua"),
             include_str!("../../src/lock/protocol/scripts/acquire.lua")
         ),
-        "6",
+        "1",
         KEY,
         "{redlock:k}:fence",
         "{redlock:k}:holder",

@@ -1,7 +1,7 @@
 //! Redis that cannot be used: unreachable or frozen at start, a wrong or missing password,
-//! a key of the wrong type, a read-only replica and an ACL user without EVAL (each exit 69
-//! with one line), and a flushed script cache that is survived, falling back to EVAL rather
-//! than SCRIPT LOAD (as on a fresh server).
+//! a key of the wrong type, a read-only replica and an ACL user without EVAL or without the
+//! lock's companion keys (each exit 69 with one line), and a flushed script cache that is
+//! survived, falling back to EVAL rather than SCRIPT LOAD (as on a fresh server).
 
 use std::fs;
 
@@ -168,6 +168,39 @@ fn acl_user_without_scripting_exits_69_and_says_so() {
     let line = out.expect_one_line();
     assert!(line.contains("denied") && line.contains("EVAL"), "{out}");
     assert!(!line.contains("cronpw"), "password leaked: {line}");
+    assert!(!dir.path().join("ran").exists());
+    assert_eq!(redis.dbsize(), 0, "nothing written\n{out}");
+}
+
+/// An ACL that allows the lock key but not its companions (`{redlock:k}:fence`, ...): the
+/// scripts find out as they touch them, and the run says the ACL refused, as it does for a
+/// refused EVAL.
+#[test]
+fn acl_user_without_the_companion_keys_exits_69_and_says_so() {
+    let redis = RedisServer::start();
+    redis.cli(&[
+        "acl",
+        "setuser",
+        "cron",
+        "on",
+        ">cronpw",
+        "~redlock:*",
+        "&*",
+        "+@all",
+    ]);
+    let dir = scratch();
+    let url = format!("redis://cron:cronpw@127.0.0.1:{}", redis.port());
+    let out = Wrapper::new()
+        .args(["--redis", &url, "--key", "acl"])
+        .args(["-c", "touch ran"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    let line = out.expect_one_line();
+    assert!(
+        line.contains("denied a command to this user") && line.contains("the lock keys"),
+        "{out}"
+    );
     assert!(!dir.path().join("ran").exists());
     assert_eq!(redis.dbsize(), 0, "nothing written\n{out}");
 }

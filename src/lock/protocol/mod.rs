@@ -10,6 +10,28 @@
 //! - `keys`: the naming rule for a lock key and its companions.
 //!
 //! [`Protocol`] is what a topology holds: the mutex or the semaphore, chosen by `--limit`.
+//!
+//! **One declared key per script.** Each script declares one key (`KEYS[1]`: the lock, or
+//! the queue for the scripts that only touch the queue) and is given the other keys of the
+//! lock by name, as arguments; all of them share one hash slot (`keys.rs`). The reason is
+//! Redis Cluster while that slot is being migrated (from `CLUSTER SETSLOT .. MIGRATING` /
+//! `IMPORTING` until `SETSLOT .. NODE`): a command, and each command inside a script, is run
+//! by the node the slot leaves only if every key it names is still there (else `ASK` if none
+//! is, `TRYAGAIN` if some are: Redis 7.0 and Valkey; `ASK` in both cases on Redis 6.2), and by
+//! the node it goes to, behind `ASKING`, only if it names one key or has them all (else
+//! `TRYAGAIN`). Companions that often exist nowhere (the queue, the cancelled tokens) would
+//! make every script with several declared keys fail until the migration ends. With one
+//! declared key Redis runs the script where that key is (or, if it left, on the importing
+//! node), and the script reaches the others one command at a time (`scripts/reach.lua`); a
+//! script that touches keys it did not declare is allowed in a cluster as long as they are
+//! in the declared key's slot (Redis 6.2, 7.0 and Valkey 9: checked per command, as above).
+//! The scripts never send a command naming two keys, and a pub/sub channel is an argument
+//! (it is no key: any node publishes to the whole cluster).
+//!
+//! What each script does with a key it cannot reach (on the node the slot leaves, a key that
+//! is not there), and which keys must have left that node before a script may run on the
+//! other one ([`ScriptCall::needs_moved`]), is written in the scripts; `topology/cluster.rs`
+//! does the routing.
 
 pub mod keys;
 pub mod mutex;
@@ -23,7 +45,7 @@ use keys::{BadName, Keys};
 use mutex::Mutex;
 use semaphore::Semaphore;
 
-use crate::lock::HolderInfo;
+use crate::lock::{HolderInfo, Waiter};
 
 /// The lock's protocol: a mutex (`--limit 1`, the default: one string key, shared with any
 /// `SET NX` client) or a semaphore (`--limit N`). Builds every call a topology sends; the
@@ -84,6 +106,12 @@ impl Protocol {
         mutex::leave(self.keys(), waiter)
     }
 
+    /// Keep a waiter's place in the queue where an acquire could not (a migration of the
+    /// lock's slot): see keep_place.lua.
+    pub fn keep_place(&self, waiter: &Waiter) -> ScriptCall {
+        mutex::keep_place(self.keys(), waiter)
+    }
+
     /// The read-only `status` pipeline (reads either layout).
     pub fn status(&self) -> redis::Pipeline {
         status::pipeline(self.keys())
@@ -111,46 +139,63 @@ impl Lua {
     }
 }
 
-/// One script invocation with its keys and arguments, ready to be sent by a topology as
-/// EVALSHA, or as EVAL when the server does not have the script cached.
+/// One script invocation with its declared key and its arguments (the other keys of the
+/// lock first, then the values), ready to be sent by a topology as EVALSHA, or as EVAL when
+/// the server does not have the script cached.
 pub struct ScriptCall {
     lua: &'static Lua,
-    keys: Vec<String>,
+    key: String,
     args: Vec<String>,
+    needs_moved: Vec<String>,
 }
 
 impl ScriptCall {
-    pub fn new(lua: &'static Lua, keys: &[&str], args: Vec<String>) -> ScriptCall {
+    /// `lua` with `key` declared and `names` (the lock's other keys it reaches, or a channel)
+    /// as its first arguments, then `args`.
+    pub fn new(lua: &'static Lua, key: &str, names: &[&str], args: Vec<String>) -> ScriptCall {
         ScriptCall {
             lua,
-            keys: keys.iter().map(|k| (*k).to_owned()).collect(),
-            args,
+            key: key.to_owned(),
+            args: names.iter().map(|n| (*n).to_owned()).chain(args).collect(),
+            needs_moved: Vec::new(),
         }
     }
 
-    /// The first key: where a cluster routes the call.
-    pub fn first_key(&self) -> &str {
-        &self.keys[0]
+    /// The keys (among `names`) that this script reads to decide, or may create. On a
+    /// cluster whose slot is being migrated, the script runs on the node the slot goes to
+    /// only once the node it leaves has none of them left: that node could then not see
+    /// what they hold, and a key created on both would stop the migration (`MIGRATE` refuses
+    /// to overwrite it).
+    pub fn needing_moved(mut self, keys: &[&str]) -> ScriptCall {
+        self.needs_moved = keys.iter().map(|k| (*k).to_owned()).collect();
+        self
     }
 
-    /// `EVALSHA hash nkeys keys... args...`
+    /// The declared key: where a cluster runs the call.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// See [`ScriptCall::needing_moved`].
+    pub fn needs_moved(&self) -> &[String] {
+        &self.needs_moved
+    }
+
+    /// `EVALSHA hash 1 key args...`
     pub fn evalsha(&self) -> redis::Cmd {
         self.command("EVALSHA", self.lua.hash())
     }
 
-    /// `EVAL source nkeys keys... args...`: one call instead of EVALSHA, NOSCRIPT, SCRIPT
-    /// LOAD, EVALSHA after a restart or SCRIPT FLUSH (and no SCRIPT LOAD broadcast on a
-    /// cluster). The server caches the script as a side effect.
+    /// `EVAL source 1 key args...`: one call instead of EVALSHA, NOSCRIPT, SCRIPT LOAD,
+    /// EVALSHA after a restart or SCRIPT FLUSH (and no SCRIPT LOAD broadcast on a cluster).
+    /// The server caches the script as a side effect.
     pub fn eval(&self) -> redis::Cmd {
         self.command("EVAL", self.lua.source)
     }
 
     fn command(&self, name: &str, script: &str) -> redis::Cmd {
         let mut cmd = redis::cmd(name);
-        cmd.arg(script)
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
+        cmd.arg(script).arg(1).arg(&self.key).arg(&self.args);
         cmd
     }
 }

@@ -14,18 +14,38 @@ use redis::Value;
 
 use super::keys::{BadName, Keys};
 use super::{Lua, ScriptCall};
-use crate::lock::{Holder, HolderInfo, Released};
+use crate::lock::{Holder, HolderInfo, Released, Waiter};
 
 static ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
     include_str!("scripts/prelude.lua"),
     include_str!("scripts/acquire.lua")
 ));
-static RENEW: Lua = Lua::new(include_str!("scripts/renew.lua"));
-static RELEASE: Lua = Lua::new(include_str!("scripts/release.lua"));
-static CANCEL: Lua = Lua::new(include_str!("scripts/cancel.lua"));
-static LEAVE: Lua = Lua::new(include_str!("scripts/leave.lua"));
-
-static RAISE_FENCE: Lua = Lua::new(include_str!("scripts/raise_fence.lua"));
+static KEEP_PLACE: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
+    include_str!("scripts/prelude.lua"),
+    include_str!("scripts/keep_place.lua")
+));
+static RENEW: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
+    include_str!("scripts/renew.lua")
+));
+static RELEASE: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
+    include_str!("scripts/release.lua")
+));
+static CANCEL: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
+    include_str!("scripts/cancel.lua")
+));
+static LEAVE: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
+    include_str!("scripts/leave.lua")
+));
+static RAISE_FENCE: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
+    include_str!("scripts/raise_fence.lua")
+));
 
 /// How long a cancelled acquire attempt is remembered: far longer than a request can linger
 /// in TCP retransmissions or a middlebox after its connection was given up.
@@ -63,25 +83,23 @@ impl Mutex {
     /// With `holder.waiter`, in arrival order: see acquire.lua.
     pub fn acquire(&self, token: &str, ttl: Duration, holder: &HolderInfo) -> ScriptCall {
         let k = &self.keys;
-        ScriptCall::new(
-            &ACQUIRE,
-            &[
-                &k.lock,
-                &k.fence,
-                &k.holder,
-                &k.cancelled,
-                &k.queue,
-                &k.queue_expiry,
-            ],
-            acquire_args(token, ttl, holder),
-        )
+        let names = [
+            k.fence.as_str(),
+            &k.holder,
+            &k.cancelled,
+            &k.queue,
+            &k.queue_expiry,
+        ];
+        ScriptCall::new(&ACQUIRE, &k.lock, &names, acquire_args(token, ttl, holder))
+            .needing_moved(&names)
     }
 
     pub fn renew(&self, token: &str, ttl: Duration) -> ScriptCall {
         let k = &self.keys;
         ScriptCall::new(
             &RENEW,
-            &[&k.lock, &k.holder],
+            &k.lock,
+            &[&k.holder],
             vec![token.to_owned(), millis(ttl).to_string()],
         )
     }
@@ -101,7 +119,8 @@ impl Mutex {
         let k = &self.keys;
         ScriptCall::new(
             &RELEASE,
-            &[&k.lock, &k.holder, &k.released],
+            &k.lock,
+            &[&k.holder, &k.released],
             vec![
                 token.to_owned(),
                 millis(keep).to_string(),
@@ -124,13 +143,15 @@ impl Mutex {
         let k = &self.keys;
         ScriptCall::new(
             &CANCEL,
-            &[&k.lock, &k.holder, &k.released, &k.cancelled],
+            &k.lock,
+            &[&k.holder, &k.released, &k.cancelled],
             vec![
                 token.to_owned(),
                 millis(CANCEL_KEEP).to_string(),
                 u8::from(announce).to_string(),
             ],
         )
+        .needing_moved(&[&k.cancelled])
     }
 
     /// Redlock's fence write-back: raise the counter to `fence` where the lock still holds
@@ -139,13 +160,15 @@ impl Mutex {
         let k = &self.keys;
         ScriptCall::new(
             &RAISE_FENCE,
-            &[&k.lock, &k.fence, &k.holder],
+            &k.lock,
+            &[&k.fence, &k.holder],
             vec![
                 token.to_owned(),
                 fence.to_string(),
                 millis(FENCE_KEEP).to_string(),
             ],
         )
+        .needing_moved(&[&k.fence])
     }
 }
 
@@ -175,9 +198,22 @@ pub(super) fn acquire_args(token: &str, ttl: Duration, holder: &HolderInfo) -> V
 pub fn leave(k: &Keys, waiter: &str) -> ScriptCall {
     ScriptCall::new(
         &LEAVE,
-        &[&k.queue, &k.queue_expiry, &k.released],
+        &k.queue,
+        &[&k.queue_expiry, &k.released],
         vec![waiter.to_owned()],
     )
+}
+
+/// Keep a waiter's place where an acquire could not (see keep_place.lua); the reply has the
+/// acquire's busy shape.
+pub fn keep_place(k: &Keys, waiter: &Waiter) -> ScriptCall {
+    ScriptCall::new(
+        &KEEP_PLACE,
+        &k.queue,
+        &[&k.queue_expiry, &k.lock],
+        vec![waiter.id.clone(), millis(waiter.place_kept).to_string()],
+    )
+    .needing_moved(&[&k.queue_expiry])
 }
 
 pub(super) fn millis(d: Duration) -> u64 {
@@ -333,7 +369,7 @@ mod tests {
     fn calls_name_their_keys_and_arguments() {
         let m = Mutex::new("redlock:k").unwrap();
         let call = m.release("tok", Duration::from_millis(1500));
-        assert_eq!(call.first_key(), "redlock:k");
+        assert_eq!(call.key(), "redlock:k");
         let packed = String::from_utf8(call.eval().get_packed_command()).unwrap();
         for part in ["EVAL", "redlock:k", "{redlock:k}:holder", "tok", "1500"] {
             assert!(packed.contains(part), "{part} missing from {packed}");

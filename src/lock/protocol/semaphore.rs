@@ -17,12 +17,22 @@ use super::{Lua, ScriptCall};
 use crate::lock::HolderInfo;
 
 static ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
     include_str!("scripts/prelude.lua"),
     include_str!("scripts/semaphore/acquire.lua")
 ));
-static RENEW: Lua = Lua::new(include_str!("scripts/semaphore/renew.lua"));
-static RELEASE: Lua = Lua::new(include_str!("scripts/semaphore/release.lua"));
-static CANCEL: Lua = Lua::new(include_str!("scripts/semaphore/cancel.lua"));
+static RENEW: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
+    include_str!("scripts/semaphore/renew.lua")
+));
+static RELEASE: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
+    include_str!("scripts/semaphore/release.lua")
+));
+static CANCEL: Lua = Lua::new(concat!(
+    include_str!("scripts/reach.lua"),
+    include_str!("scripts/semaphore/cancel.lua")
+));
 
 /// The semaphore protocol for one lock name.
 #[derive(Debug, Clone)]
@@ -42,30 +52,25 @@ impl Semaphore {
 
     pub fn acquire(&self, token: &str, ttl: Duration, holder: &HolderInfo) -> ScriptCall {
         let k = &self.keys;
-        ScriptCall::new(
-            &ACQUIRE,
-            &[
-                &k.lock,
-                &k.fence,
-                &k.holders,
-                &k.cancelled,
-                &k.queue,
-                &k.queue_expiry,
-                &k.limit,
-            ],
-            {
-                let mut args = acquire_args(token, ttl, holder);
-                args.push(self.limit.to_string());
-                args
-            },
-        )
+        let names = [
+            k.fence.as_str(),
+            &k.holders,
+            &k.cancelled,
+            &k.queue,
+            &k.queue_expiry,
+            &k.limit,
+        ];
+        let mut args = acquire_args(token, ttl, holder);
+        args.push(self.limit.to_string());
+        ScriptCall::new(&ACQUIRE, &k.lock, &names, args).needing_moved(&names)
     }
 
     pub fn renew(&self, token: &str, ttl: Duration) -> ScriptCall {
         let k = &self.keys;
         ScriptCall::new(
             &RENEW,
-            &[&k.lock, &k.holders, &k.limit],
+            &k.lock,
+            &[&k.holders, &k.limit],
             vec![
                 token.to_owned(),
                 millis(ttl).to_string(),
@@ -78,7 +83,8 @@ impl Semaphore {
         let k = &self.keys;
         ScriptCall::new(
             &RELEASE,
-            &[&k.lock, &k.holders, &k.released, &k.limit],
+            &k.lock,
+            &[&k.holders, &k.limit, &k.released],
             vec![
                 token.to_owned(),
                 millis(keep).to_string(),
@@ -91,8 +97,10 @@ impl Semaphore {
         let k = &self.keys;
         ScriptCall::new(
             &CANCEL,
-            &[&k.lock, &k.holders, &k.released, &k.cancelled],
+            &k.lock,
+            &[&k.holders, &k.released, &k.cancelled],
             vec![token.to_owned(), millis(CANCEL_KEEP).to_string()],
         )
+        .needing_moved(&[&k.cancelled])
     }
 }

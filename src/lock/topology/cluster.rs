@@ -12,14 +12,36 @@
 //!   replica at another address).
 //! - **MOVED**: the slot has another master now (a finished migration, a failover): remember
 //!   it and resend there.
-//! - **ASK**: the slot is being migrated and our keys have left: resend to the named node
-//!   behind `ASKING`, once, without remembering it.
-//! - **TRYAGAIN** (a migration caught between a script's keys), **CLUSTERDOWN** (a slot
-//!   without a master, during a failover), **LOADING**: pause 10 ms, doubling up to 200 ms,
-//!   and resend.
+//! - **ASK**: the slot is being migrated and the script's declared key has left: resend to
+//!   the named node behind `ASKING`, once, without remembering it; but first ask the node
+//!   that said ASK whether it still has any of the keys the script needs moved
+//!   (`ScriptCall::needs_moved`, one `EXISTS` each). If it has, the lock's keys are on both
+//!   nodes: neither can run the script (see below), so pause and resend, until they have
+//!   moved or the call's bound runs out.
+//! - **TRYAGAIN** (Redis, or a script that cannot do its work with the keys in reach on the
+//!   node the slot leaves), **CLUSTERDOWN** (a slot without a master, during a failover),
+//!   **LOADING**: pause 10 ms, doubling up to 200 ms, and resend.
 //!
 //! All of it within the call's own bound, which a redirect never extends, and with at most
-//! [`MAX_HOPS`] redirects (two nodes that disagree end as an error, not a loop).
+//! [`MAX_HOPS`] redirects in a row without a pause (two nodes that disagree end as an error,
+//! not a loop).
+//!
+//! **While the lock's own slot is being migrated.** Every script declares one key and
+//! reaches the others by name (`protocol/mod.rs`), so Redis runs it where its declared key is.
+//! The node the slot leaves can read and write only the keys it still has, and create none;
+//! the node it goes to cannot see what the first one still has. Hence:
+//! - renewal and release decide on the lock key alone, wherever it is, and create nothing:
+//!   they work throughout;
+//! - an acquire runs where the lock is. On the node the slot leaves, that is a held lock
+//!   (busy, or our own token taken anew); on the node it goes to, only once the first has
+//!   none of the lock's other keys (ASK above), so that the fence counter, the queue and the
+//!   cancelled tokens it reads are the real ones, and no key it creates exists twice (which
+//!   would make the migration's `MIGRATE` fail). A free lock whose fence counter or queue is
+//!   still on the old node therefore waits until they move: Redis gives no way to take it
+//!   earlier without losing the fence's order or the queue's. A waiter meanwhile keeps its
+//!   place where the queue is (keep_place.lua, routed by the queue);
+//! - `status` reads each key where it is: the replies the slot's master answers with ASK are
+//!   read again on the node named, each behind its own `ASKING`.
 //!
 //! Why not the redis crate's cluster client: its defaults retry 16 times with waits of
 //! 1.28 s and more (a lease is often shorter); on NOSCRIPT it broadcasts SCRIPT LOAD to every
@@ -48,8 +70,8 @@ use crate::lease::Stamp;
 use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::protocol::{status, Protocol, ScriptCall};
 use crate::lock::{
-    Attempt, Grant, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck,
-    Status, Token,
+    Attempt, Grant, Holder, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal,
+    ReplicaAck, Status, Token,
 };
 
 /// Redirects (MOVED, ASK, a pause after TRYAGAIN) followed within one call at most.
@@ -85,10 +107,11 @@ pub struct Cluster {
     known: RefCell<Vec<Addr>>,
 }
 
-/// The replies to a pipeline, and the node that gave them (for messages).
+/// The replies to a pipeline, and the node that gave them (for messages), at its address.
 struct Answer {
     replies: Vec<Value>,
     node: Rc<Server>,
+    addr: Addr,
 }
 
 /// What an error reply asks the client to do.
@@ -96,6 +119,59 @@ enum Redirect {
     Moved(Addr),
     Ask(Addr),
     Pause,
+}
+
+/// How `send` treats a call and its redirects.
+#[derive(Clone, Copy)]
+struct Route<'a> {
+    /// The keys that must have left the node a migrating slot leaves before the call goes to
+    /// the node it goes to (`ScriptCall::needs_moved`).
+    needs_moved: &'a [String],
+    on_split: OnSplit,
+    /// Give ASK replies back instead of following them: `status` reads each key where it is.
+    keep_asks: bool,
+}
+
+impl Route<'_> {
+    /// A call that needs none of the lock's keys moved before it may follow an ASK.
+    const PLAIN: Route<'static> = Route {
+        needs_moved: &[],
+        on_split: OnSplit::Wait,
+        keep_asks: false,
+    };
+
+    fn of(call: &ScriptCall, on_split: OnSplit) -> Route<'_> {
+        Route {
+            needs_moved: call.needs_moved(),
+            on_split,
+            keep_asks: false,
+        }
+    }
+}
+
+/// What `send` does when the lock's keys are on both nodes of a migration (ASK, and the
+/// node that said it still has some of the keys the call needs moved).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnSplit {
+    /// Pause and send again, until the keys have moved or the call's bound runs out.
+    Wait,
+    /// Say so at once ([`Sent::Split`]): an acquire by a waiter keeps its place instead.
+    Report,
+}
+
+/// What `send` got.
+enum Sent {
+    Answer(Answer),
+    /// See [`OnSplit::Report`].
+    Split,
+}
+
+/// Whether the node that said ASK still has some of the keys a call needs moved.
+enum LeftBehind {
+    Nothing,
+    Some,
+    /// It answered MOVED (the migration ended) or TRYAGAIN and the like.
+    Redirect(Redirect),
 }
 
 impl Cluster {
@@ -247,14 +323,15 @@ impl Cluster {
             .map_or_else(String::new, |(h, p)| format!("cluster node {h}:{p}"))
     }
 
-    /// Send `pipe` to the slot's master by `deadline`, following redirects; the replies may
-    /// still hold error replies other than redirects.
+    /// Send `pipe` to the slot's master by `deadline`, following redirects as `route` says;
+    /// the replies may still hold error replies other than redirects.
     async fn send(
         &self,
         pipe: &Pipeline,
         what: &str,
         deadline: Instant,
-    ) -> Result<Answer, RedisFailure> {
+        route: Route<'_>,
+    ) -> Result<Sent, RedisFailure> {
         let mut asking: Option<Addr> = None;
         let mut pause = RETRY_FIRST;
         let mut hops = 0;
@@ -289,13 +366,34 @@ impl Cluster {
             if ask && !replies.is_empty() {
                 replies.remove(0);
             }
-            let Some((redirect, err)) = redirect(&replies, &addr.0) else {
-                return Ok(Answer { replies, node });
+            let Some((mut redirect, err)) = redirect(&replies, &addr.0, route.keep_asks) else {
+                return Ok(Sent::Answer(Answer {
+                    replies,
+                    node,
+                    addr,
+                }));
             };
+            // Every redirect is an error reply in place of the call's: nothing was written.
+            let mut give_up = RedisFailure::from_redis(&err.into(), node.shown()).not_sent();
+            if let Redirect::Ask(to) = redirect {
+                redirect = match self
+                    .left_behind(&node, &addr, route.needs_moved, what, deadline)
+                    .await?
+                {
+                    LeftBehind::Nothing => Redirect::Ask(to),
+                    LeftBehind::Redirect(other) => other,
+                    LeftBehind::Some if route.on_split == OnSplit::Report => {
+                        return Ok(Sent::Split)
+                    }
+                    LeftBehind::Some => {
+                        give_up = self.split_failure(node.shown());
+                        Redirect::Pause
+                    }
+                };
+            }
             hops += 1;
-            let give_up = || RedisFailure::from_redis(&err.clone().into(), node.shown());
             if hops > MAX_HOPS {
-                return Err(give_up());
+                return Err(give_up);
             }
             match redirect {
                 Redirect::Moved(to) => {
@@ -305,12 +403,132 @@ impl Cluster {
                 Redirect::Ask(to) => asking = Some(to),
                 Redirect::Pause => {
                     if Instant::now() + pause >= deadline {
-                        return Err(give_up());
+                        return Err(give_up);
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RETRY_MOST);
+                    // A pause bounds the loop by the deadline; the hops bound only redirects
+                    // that follow one another at once.
+                    hops = 0;
                 }
             }
+        }
+    }
+
+    /// After `node` (at `addr`, the master of the migrating slot) answered ASK for a call:
+    /// whether it still has any of `keys` (one `EXISTS` each: 1 if it has the key, ASK if
+    /// not). It only loses keys while the slot migrates, never gains one (a key it does not
+    /// have is created on the other node), so what it no longer has stays gone.
+    async fn left_behind(
+        &self,
+        node: &Server,
+        addr: &Addr,
+        keys: &[String],
+        what: &str,
+        deadline: Instant,
+    ) -> Result<LeftBehind, RedisFailure> {
+        if keys.is_empty() {
+            return Ok(LeftBehind::Nothing);
+        }
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("EXISTS").arg(key);
+        }
+        pipe.ignore_errors();
+        let replies = match node.query(&pipe, what, remaining(deadline)).await {
+            Ok(replies) => replies,
+            Err(e) => {
+                if e.is_transient() {
+                    self.forget_owner(addr);
+                }
+                return Err(e);
+            }
+        };
+        let mut found = LeftBehind::Nothing;
+        for reply in &replies {
+            match reply {
+                Value::Int(0) => {}
+                Value::Int(_) => found = LeftBehind::Some,
+                Value::ServerError(err) => match redirect_of(err, &addr.0) {
+                    Some(Redirect::Ask(_)) => {}
+                    Some(other) => return Ok(LeftBehind::Redirect(other)),
+                    None => {
+                        return Err(RedisFailure::from_redis(&err.clone().into(), node.shown()))
+                    }
+                },
+                other => return Err(Self::unexpected(node, what, other)),
+            }
+        }
+        Ok(found)
+    }
+
+    /// Why a call gave up while the lock's keys were on both nodes of a migration.
+    fn split_failure(&self, shown: &str) -> RedisFailure {
+        RedisFailure::unreachable(
+            shown,
+            format!(
+                "slot {} is being migrated and the keys of the lock {} have not all moved yet",
+                self.slot,
+                self.protocol.keys().lock
+            ),
+        )
+    }
+
+    /// The status pipeline, each reply read where its key is: on the slot's master, and the
+    /// keys it answers ASK for (they left it: a migration) on the node named, each command
+    /// behind its own `ASKING` (which lasts one command). Reading a key on the node the slot
+    /// goes to after its old node said it is not there reads it where it is: the old node
+    /// never gets a key back while the slot migrates.
+    async fn read_status(&self, deadline: Instant) -> Result<Answer, RedisFailure> {
+        let pipe = self.protocol.status();
+        let route = Route {
+            keep_asks: true,
+            ..Route::PLAIN
+        };
+        let mut pause = RETRY_FIRST;
+        loop {
+            let Sent::Answer(mut answer) = self.send(&pipe, "status", deadline, route).await?
+            else {
+                // OnSplit::Wait never gives back a split.
+                return Err(self.split_failure(&self.shown()));
+            };
+            let asked: Vec<(usize, Addr)> = answer
+                .replies
+                .iter()
+                .enumerate()
+                .filter_map(|(i, reply)| match reply {
+                    Value::ServerError(err) => match redirect_of(err, &answer.addr.0) {
+                        Some(Redirect::Ask(to)) => Some((i, to)),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .collect();
+            let Some((_, to)) = asked.first().cloned() else {
+                return Ok(answer);
+            };
+            let commands: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
+            let mut there = redis::pipe();
+            for (i, _) in &asked {
+                there.cmd("ASKING").add_command(commands[*i].clone());
+            }
+            there.ignore_errors();
+            let target = self.node(&to)?;
+            let replies = target.query(&there, "status", remaining(deadline)).await?;
+            // Every other reply is ASKING's OK.
+            let replies: Vec<Value> = replies.into_iter().skip(1).step_by(2).collect();
+            if replies.len() == asked.len() && redirect(&replies, &to.0, false).is_none() {
+                for ((i, _), reply) in asked.iter().zip(replies) {
+                    answer.replies[*i] = reply;
+                }
+                return Ok(answer);
+            }
+            // The migration ended (or was undone) between the two reads: read again.
+            if Instant::now() + pause >= deadline {
+                return Err(RedisFailure::timeout(target.shown(), "status"));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_MOST);
         }
     }
 
@@ -336,19 +554,67 @@ impl Cluster {
         call: &ScriptCall,
         ack: Option<ReplicaAck>,
         what: &str,
-        within: Duration,
+        deadline: Instant,
     ) -> Result<(ScriptReply, Rc<Server>), RedisFailure> {
-        let deadline = deadline_in(within);
-        let mut answer = self
-            .send(&with_wait(call.evalsha(), ack), what, deadline)
+        let replied = self
+            .script_or_split(call, ack, what, deadline, OnSplit::Wait)
             .await?;
-        if is_noscript(answer.replies.first()) {
-            answer = self
-                .send(&with_wait(call.eval(), ack), what, deadline)
+        // OnSplit::Wait never gives back a split.
+        replied.ok_or_else(|| self.split_failure(&self.shown()))
+    }
+
+    /// `script`, or `None` when the lock's keys are on both nodes of a migration and
+    /// `on_split` says to tell.
+    async fn script_or_split(
+        &self,
+        call: &ScriptCall,
+        ack: Option<ReplicaAck>,
+        what: &str,
+        deadline: Instant,
+        on_split: OnSplit,
+    ) -> Result<Option<(ScriptReply, Rc<Server>)>, RedisFailure> {
+        let route = Route::of(call, on_split);
+        let mut sent = self
+            .send(&with_wait(call.evalsha(), ack), what, deadline, route)
+            .await?;
+        if matches!(&sent, Sent::Answer(answer) if is_noscript(answer.replies.first())) {
+            sent = self
+                .send(&with_wait(call.eval(), ack), what, deadline, route)
                 .await?;
         }
+        let Sent::Answer(answer) = sent else {
+            return Ok(None);
+        };
         let reply = script_reply(answer.replies, ack, answer.node.shown())?;
-        Ok((reply, answer.node))
+        Ok(Some((reply, answer.node)))
+    }
+
+    /// A waiter that an acquire could not queue (a migration of the lock's slot, see the
+    /// module's notes) keeps its place where the queue is. `busy`: what the acquire said of
+    /// the holder, if it got that far.
+    async fn keep_place(
+        &self,
+        holder: &HolderInfo,
+        busy: Option<Holder>,
+        deadline: Instant,
+    ) -> Result<Attempt, RedisFailure> {
+        let Some(waiter) = &holder.waiter else {
+            // Only waiters are sent here.
+            return Ok(Attempt::Busy(busy.unwrap_or_default()));
+        };
+        let call = self.protocol.keep_place(waiter);
+        let (reply, node) = self.script(&call, None, "acquire", deadline).await?;
+        let Some(AcquireReply::Busy(kept)) = mutex::parse_acquire(&reply.value) else {
+            return Err(Self::unexpected(&node, "acquire", &reply.value));
+        };
+        Ok(Attempt::Busy(match busy {
+            Some(busy) => Holder {
+                queued: kept.queued,
+                place: kept.place,
+                ..busy
+            },
+            None => kept,
+        }))
     }
 
     /// Take back a write that may have landed, as single.rs does: EVAL of cancel.lua, at
@@ -357,7 +623,10 @@ impl Cluster {
         let call = self.protocol.cancel(&token.as_str());
         let mut pipe = redis::pipe();
         pipe.add_command(call.eval()).ignore_errors();
-        let _ = self.send(&pipe, "release", deadline_in(within)).await;
+        let route = Route::of(&call, OnSplit::Wait);
+        let _ = self
+            .send(&pipe, "release", deadline_in(within), route)
+            .await;
     }
 
     fn check_acks(&self, acked: Option<u32>, node: &Server) -> Result<(), RedisFailure> {
@@ -387,7 +656,19 @@ impl Lock for Cluster {
         // As in single.rs: a quarter of the bound is kept for taking the write back.
         let for_script = within - within / 4 + Server::wait_time(self.ack);
         let result = async {
-            let (reply, node) = self.script(&call, self.ack, "acquire", for_script).await?;
+            let for_script = deadline_in(for_script);
+            let waits = holder.waiter.is_some();
+            let on_split = if waits {
+                OnSplit::Report
+            } else {
+                OnSplit::Wait
+            };
+            let Some((reply, node)) = self
+                .script_or_split(&call, self.ack, "acquire", for_script, on_split)
+                .await?
+            else {
+                return self.keep_place(holder, None, for_script).await;
+            };
             match mutex::parse_acquire(&reply.value) {
                 Some(AcquireReply::Granted { fence }) => {
                     self.check_acks(reply.acked, &node)?;
@@ -396,7 +677,12 @@ impl Lock for Cluster {
                         counted_from,
                     }))
                 }
-                Some(AcquireReply::Busy(holder)) => Ok(Attempt::Busy(holder)),
+                // Not queued: a waiter always is, unless the queue is out of the script's
+                // reach (a migration).
+                Some(AcquireReply::Busy(busy)) if waits && busy.place == 0 => {
+                    self.keep_place(holder, Some(busy), for_script).await
+                }
+                Some(AcquireReply::Busy(busy)) => Ok(Attempt::Busy(busy)),
                 None => Err(Self::unexpected(&node, "acquire", &reply.value)),
             }
         }
@@ -418,7 +704,9 @@ impl Lock for Cluster {
     ) -> Result<Renewal, RedisFailure> {
         let counted_from = Stamp::now();
         let call = self.protocol.renew(&token.as_str(), ttl);
-        let (reply, node) = self.script(&call, self.ack, "the renewal", within).await?;
+        let (reply, node) = self
+            .script(&call, self.ack, "the renewal", deadline_in(within))
+            .await?;
         match mutex::parse_renew(&reply.value) {
             Some(true) => {
                 self.check_acks(reply.acked, &node)?;
@@ -436,7 +724,9 @@ impl Lock for Cluster {
         within: Duration,
     ) -> Result<Released, RedisFailure> {
         let call = self.protocol.release(&token.as_str(), keep);
-        let (reply, node) = self.script(&call, None, "release", within).await?;
+        let (reply, node) = self
+            .script(&call, None, "release", deadline_in(within))
+            .await?;
         mutex::parse_release(&reply.value)
             .ok_or_else(|| Self::unexpected(&node, "release", &reply.value))
     }
@@ -452,14 +742,14 @@ impl Lock for Cluster {
     async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
         if let Some(waiter) = &holder.waiter {
             let call = self.protocol.leave(&waiter.id);
-            let _ = self.script(&call, None, "leaving the queue", within).await;
+            let _ = self
+                .script(&call, None, "leaving the queue", deadline_in(within))
+                .await;
         }
     }
 
     async fn status(&self) -> Result<Status, RedisFailure> {
-        let answer = self
-            .send(&self.protocol.status(), "status", deadline_in(self.timeout))
-            .await?;
+        let answer = self.read_status(deadline_in(self.timeout)).await?;
         let node = &answer.node;
         match status::parse(&answer.replies) {
             Ok(Some(status)) => Ok(status),
@@ -490,27 +780,39 @@ fn behind_asking(pipe: &Pipeline) -> Pipeline {
     asking
 }
 
-/// The first redirect among `replies`, with the error reply that said it. A node named
-/// without a host (`MOVED 12 :7001`, a node that does not know its address) is on `from`.
-fn redirect(replies: &[Value], from: &str) -> Option<(Redirect, redis::ServerError)> {
+/// The first redirect among `replies`, with the error reply that said it; ASK replies are
+/// skipped with `keep_asks`.
+fn redirect(
+    replies: &[Value],
+    from: &str,
+    keep_asks: bool,
+) -> Option<(Redirect, redis::ServerError)> {
     replies.iter().find_map(|reply| {
         let Value::ServerError(err) = reply else {
             return None;
         };
-        let target = || {
-            let to = err.details()?.split_whitespace().nth(1)?;
-            let (host, port) = to.rsplit_once(':')?;
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            let host = if host.is_empty() { from } else { host };
-            Some((host.to_owned(), port.parse().ok()?))
-        };
-        let redirect = match err.code() {
-            "MOVED" => Redirect::Moved(target()?),
-            "ASK" => Redirect::Ask(target()?),
-            "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" => Redirect::Pause,
-            _ => return None,
-        };
-        Some((redirect, err.clone()))
+        match redirect_of(err, from)? {
+            Redirect::Ask(_) if keep_asks => None,
+            redirect => Some((redirect, err.clone())),
+        }
+    })
+}
+
+/// What the error reply `err` of a node on `from` asks for, if it is a redirect. A node named
+/// without a host (`MOVED 12 :7001`, a node that does not know its address) is on `from`.
+fn redirect_of(err: &redis::ServerError, from: &str) -> Option<Redirect> {
+    let target = || {
+        let to = err.details()?.split_whitespace().nth(1)?;
+        let (host, port) = to.rsplit_once(':')?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = if host.is_empty() { from } else { host };
+        Some((host.to_owned(), port.parse().ok()?))
+    };
+    Some(match err.code() {
+        "MOVED" => Redirect::Moved(target()?),
+        "ASK" => Redirect::Ask(target()?),
+        "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" => Redirect::Pause,
+        _ => return None,
     })
 }
 
@@ -646,11 +948,12 @@ mod tests {
     #[test]
     fn reads_redirects() {
         let moved = [Value::Okay, error_reply("MOVED 3999 10.0.0.2:7001")];
-        let Some((Redirect::Moved(to), _)) = redirect(&moved, "h") else {
+        let Some((Redirect::Moved(to), _)) = redirect(&moved, "h", false) else {
             panic!("no MOVED");
         };
         assert_eq!(to, ("10.0.0.2".to_owned(), 7001));
-        let Some((Redirect::Ask(to), _)) = redirect(&[error_reply("ASK 1 :7002")], "h") else {
+        let Some((Redirect::Ask(to), _)) = redirect(&[error_reply("ASK 1 :7002")], "h", false)
+        else {
             panic!("no ASK");
         };
         assert_eq!(to, ("h".to_owned(), 7002));
@@ -659,12 +962,20 @@ mod tests {
                 &[error_reply(
                     "TRYAGAIN Multiple keys request during rehashing of slot"
                 )],
-                "h"
+                "h",
+                false
             ),
             Some((Redirect::Pause, _))
         ));
-        assert!(redirect(&[error_reply("NOSCRIPT No matching script")], "h").is_none());
-        assert!(redirect(&[Value::Int(1)], "h").is_none());
+        assert!(redirect(&[error_reply("NOSCRIPT No matching script")], "h", false).is_none());
+        assert!(redirect(&[Value::Int(1)], "h", false).is_none());
+        // `status` keeps the ASK replies (to read those keys where they are), not the rest.
+        let mixed = [error_reply("ASK 1 :7002"), error_reply("TRYAGAIN x")];
+        assert!(matches!(
+            redirect(&mixed, "h", true),
+            Some((Redirect::Pause, _))
+        ));
+        assert!(redirect(&mixed[..1], "h", true).is_none());
     }
 
     #[test]

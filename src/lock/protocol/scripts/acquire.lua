@@ -1,49 +1,73 @@
 -- Take the lock if it is free, in one atomic step: SET with a TTL, a new fence, holder info.
 -- With a waiter id, in arrival order: the waiter takes a free lock only from the head of the
 -- queue, and joins (or stays in) the queue while it cannot.
--- KEYS: lock, fence counter, holder hash, cancelled tokens, queue (waiter ids by arrival,
--- server microseconds), queue expiry (waiter ids by the server ms at which they leave).
--- ARGV: token, ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not
--- wait: never queues), how long a waiter's place is kept without a new attempt (ms).
+-- KEYS: lock.
+-- ARGV: fence counter, holder hash, cancelled tokens, queue (waiter ids by arrival, server
+-- microseconds), queue expiry (waiter ids by the server ms at which they leave); then token,
+-- ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not wait: never
+-- queues), how long a waiter's place is kept without a new attempt (ms).
 -- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place} when
 -- busy (pttl -2: the lock is free but waiters come first; queued: waiters in the queue;
 -- place: this waiter's place in it, 1 = next, 0 = not queued); {2} for an attempt that was
--- cancelled (its reply has no reader).
+-- cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
+-- (reach.lua).
 -- Every check that can fail runs before the first write: a script that errors half-way
 -- would otherwise leave a lock behind that nobody knows it holds.
-local lock, fence_key, holder, cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local queue, expiry = KEYS[5], KEYS[6]
-local token, ttl = ARGV[1], ARGV[2]
-local waiter, keep = ARGV[7], tonumber(ARGV[8])
+--
+-- Where some keys are out of reach (the node a migrating slot leaves), the lock key is there
+-- (it is the declared key), so the lock is held: by another (a busy reply, in which only the
+-- queue's figures depend on the keys out of reach) or by our own token (taken anew only if
+-- this node still has the fence counter and the holder info). A free lock is only ever taken
+-- where every key is in reach.
+local lock = KEYS[1]
+local fence_key, holder, cancelled, queue, expiry = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local token, ttl = ARGV[6], ARGV[7]
+local waiter, keep = ARGV[12], tonumber(ARGV[13])
+
+local kind = type_here(lock)
+if not kind then
+  -- The lock left this node since Redis routed the script here (it expired just now).
+  return split()
+end
 
 -- An attempt that its run already took back (cancel.lua) arrived late: it must not land.
-if redis.call('SISMEMBER', cancelled, token) == 1 then
+-- Where the set is out of reach, the lock is held (see above), and a lock holding our token
+-- is ours: a take-back deletes it wherever it is.
+if here(cancelled) and redis.call('SISMEMBER', cancelled, token) == 1 then
   return {2}
 end
 
-local kind = redis.call('TYPE', lock).ok
 if kind == 'zset' then
   return redis.error_reply('WRONGTYPE the lock ' .. lock ..
     ' is used with --limit (several holders); use the same --limit as its other users')
 elseif kind ~= 'none' and kind ~= 'string' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end
-local bad_queue = check_queue_keys(queue, expiry)
+local bad_queue = check_kinds('zset', {queue, expiry})
 if bad_queue then
   return bad_queue
 end
-local last, bad_fence = last_fence(fence_key)
-if bad_fence then
-  return bad_fence
+-- nil while the counter is out of reach.
+local last
+if here(fence_key) then
+  local bad_fence
+  last, bad_fence = last_fence(fence_key)
+  if bad_fence then
+    return bad_fence
+  end
 end
 
 local now_us, now_ms = server_now()
-reap_waiters(queue, expiry, now_ms)
+if queue_here(queue, expiry) then
+  reap_waiters(queue, expiry, now_ms)
+end
 
 -- Join the queue, or keep our place in it, and say who holds the lock and where we stand.
 local function busy()
   local place = 0
-  if waiter ~= '' then
+  -- Asked anew: the reaping may have emptied the queue, and a node that cannot reach a key
+  -- cannot create it either.
+  if waiter ~= '' and queue_here(queue, expiry) then
     place = keep_place(queue, expiry, waiter, now_us, now_ms, keep)
   end
   -- Report who holds it, but only if the holder info belongs to the current value:
@@ -56,7 +80,8 @@ local function busy()
       host, pid, since = info[2] or '', info[3] or '', info[4] or ''
     end
   end
-  return {0, redis.call('PTTL', lock), host, pid, since, redis.call('ZCARD', queue), place}
+  local queued = here(queue) and redis.call('ZCARD', queue) or 0
+  return {0, redis.call('PTTL', lock), host, pid, since, queued, place}
 end
 
 -- Our own token is ours whatever the queue says: an earlier attempt of this run landed
@@ -65,23 +90,37 @@ end
 if kind == 'string' and redis.call('GET', lock) ~= token then
   return busy()
 end
-if kind == 'none' and redis.call('ZCARD', queue) > 0 then
-  -- Free, but others queued first: only the head may take it (a run that does not wait
-  -- never jumps the queue either).
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
-  if waiter == '' or head ~= waiter then
-    return busy()
+if kind == 'none' then
+  if not queue_here(queue, expiry) then
+    -- Never so (see above): a free lock is only seen where every key is in reach.
+    return split()
+  end
+  if redis.call('ZCARD', queue) > 0 then
+    -- Free, but others queued first: only the head may take it (a run that does not wait
+    -- never jumps the queue either).
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if waiter == '' or head ~= waiter then
+      return busy()
+    end
   end
 end
-if waiter ~= '' then
-  leave_queue(queue, expiry, waiter)
+-- Taking it writes the fence counter and the holder info.
+if not last or not here(holder) then
+  return split()
 end
 
 local fence_str = next_fence(last, now_us)
-redis.call('SET', lock, token, 'PX', ttl)
-redis.call('SET', fence_key, fence_str, 'PX', ARGV[3])
-redis.call('DEL', holder)
-redis.call('HSET', holder, 'token', token, 'host', ARGV[4], 'pid', ARGV[5], 'cmd', ARGV[6],
+-- The holder info first: a holder key of another type is replaced, and where it could be
+-- deleted but not created again (a migration), the script stops before anything else.
+if type_here(holder) ~= 'hash' then
+  redis.call('DEL', holder)
+end
+redis.call('HSET', holder, 'token', token, 'host', ARGV[9], 'pid', ARGV[10], 'cmd', ARGV[11],
   'acquired_ms', string.format('%.0f', now_ms), 'fence', fence_str)
 redis.call('PEXPIRE', holder, ttl)
+if waiter ~= '' then
+  leave_queue(queue, expiry, waiter)
+end
+redis.call('SET', lock, token, 'PX', ttl)
+redis.call('SET', fence_key, fence_str, 'PX', ARGV[8])
 return {1, fence_str}

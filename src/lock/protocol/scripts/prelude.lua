@@ -1,14 +1,20 @@
 -- Shared by both acquire scripts (the mutex's and the semaphore's), prepended to each when
--- it is built (protocol/mod.rs): a script cannot call another one.
+-- it is built, after reach.lua (protocol/mod.rs): a script cannot call another one.
 
--- The queue's two sorted sets, or an error reply if a key holds something else.
-local function check_queue_keys(queue, expiry)
-  for _, key in ipairs({queue, expiry}) do
-    local k = redis.call('TYPE', key).ok
-    if k ~= 'none' and k ~= 'zset' then
-      return redis.error_reply('WRONGTYPE the queue key ' .. key .. ' holds a ' .. k)
+-- An error reply if a key this node reaches holds something other than `want`.
+local function check_kinds(want, keys)
+  for _, key in ipairs(keys) do
+    local k = type_here(key)
+    if k and k ~= 'none' and k ~= want then
+      return redis.error_reply('WRONGTYPE the key ' .. key .. ' holds a ' .. k .. ', not a ' .. want)
     end
   end
+end
+
+-- Whether this node reaches both keys of the queue: a waiter is queued, and the queue read,
+-- only where both are.
+local function queue_here(queue, expiry)
+  return here(queue) and here(expiry)
 end
 
 -- The fence counter's value (0 if none), or nil and an error reply. Lua numbers are doubles:
@@ -51,7 +57,8 @@ local function reap_waiters(queue, expiry, now_ms)
 end
 
 -- Join the queue (arrival by server time), or keep our place in it for `keep` more ms;
--- returns our place (1 = next). Both keys live as long as the longest-kept place.
+-- returns our place (1 = next). Both keys live as long as the longest-kept place. The caller
+-- checked that this node reaches both (queue_here).
 local function keep_place(queue, expiry, waiter, now_us, now_ms, keep)
   redis.call('ZADD', queue, 'NX', string.format('%.0f', now_us), waiter)
   redis.call('ZADD', expiry, string.format('%.0f', now_ms + keep), waiter)
@@ -64,6 +71,9 @@ end
 
 -- Leave the queue (the waiter got the lock).
 local function leave_queue(queue, expiry, waiter)
-  redis.call('ZREM', queue, waiter)
-  redis.call('ZREM', expiry, waiter)
+  for _, key in ipairs({queue, expiry}) do
+    if here(key) then
+      redis.call('ZREM', key, waiter)
+    end
+  end
 end

@@ -1,26 +1,41 @@
 -- Release the lock if it still holds our token; never touch anyone else's.
--- KEYS: lock, holder hash, release channel. ARGV: token, keep ms, announce ('0': do not
--- announce the release: a take-back of a grant on a minority of Redlock nodes, where the lock
--- was never free, would only wake the waiters, this run among them).
+-- KEYS: lock. ARGV: holder hash, release channel; then token, keep ms, announce ('0': do
+-- not announce the release: a take-back of a grant on a minority of Redlock nodes, where the
+-- lock was never free, would only wake the waiters, this run among them).
 -- keep > 0 (--hold-at-least): leave the lock to expire after keep ms instead of deleting it.
--- Returns 1 released, 0 held by another value, -1 already gone.
-local kind = redis.call('TYPE', KEYS[1]).ok
+-- Returns 1 released, 0 held by another value, -1 already gone; TRYAGAIN (reach.lua).
+-- Only the lock decides: holder info this node cannot reach (a migration) is left to expire
+-- with the lease it was written for, and `status` shows holder info only for the token the
+-- lock holds.
+local lock, holder, channel = KEYS[1], ARGV[1], ARGV[2]
+local token, keep, announce = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local kind = type_here(lock)
+if not kind then
+  return split()
+end
 if kind == 'none' then
   return -1
 end
-if kind ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if kind ~= 'string' or redis.call('GET', lock) ~= token then
   return 0
 end
-local keep = tonumber(ARGV[2])
 if keep > 0 then
-  redis.call('PEXPIRE', KEYS[1], keep)
-  redis.call('PEXPIRE', KEYS[2], keep)
+  redis.call('PEXPIRE', lock, keep)
+  if here(holder) then
+    redis.call('PEXPIRE', holder, keep)
+  end
 else
-  redis.call('DEL', KEYS[1], KEYS[2])
-  -- Wake the waiters now instead of at their next poll.
+  -- One key per command: a command naming several keys is refused during a migration
+  -- unless this node has them all.
+  redis.call('DEL', lock)
+  if here(holder) then
+    redis.call('DEL', holder)
+  end
+  -- Wake the waiters now instead of at their next poll. A channel is not a key: any node
+  -- publishes to the whole cluster.
   -- pcall: an ACL user without channel access still releases; waiters then just poll.
-  if ARGV[3] ~= '0' then
-    redis.pcall('PUBLISH', KEYS[3], '1')
+  if announce ~= '0' then
+    redis.pcall('PUBLISH', channel, '1')
   end
 end
 return 1

@@ -1,8 +1,17 @@
 -- Extend the lease if the lock still holds our token.
--- KEYS: lock, holder hash. ARGV: token, ttl ms. Returns 1 renewed, 0 not ours (lost).
-if redis.call('TYPE', KEYS[1]).ok == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+-- KEYS: lock. ARGV: holder hash; then token, ttl ms.
+-- Returns 1 renewed, 0 not ours (lost); TRYAGAIN (reach.lua). Only the lock decides: holder
+-- info this node cannot reach (a migration) keeps its own TTL.
+local lock, holder, token, ttl = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local kind = type_here(lock)
+if not kind then
+  return split()
+end
+if kind == 'string' and redis.call('GET', lock) == token then
+  redis.call('PEXPIRE', lock, ttl)
+  if here(holder) then
+    redis.call('PEXPIRE', holder, ttl)
+  end
   return 1
 end
 return 0

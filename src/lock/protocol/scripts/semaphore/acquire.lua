@@ -3,54 +3,70 @@
 -- just expires, and no second counter can drift from it.
 -- With a waiter id, in arrival order: a waiter takes a free permit only if fewer waiters
 -- queued before it than there are free permits.
--- KEYS: lock (zset), fence counter, holders (hash token -> info), cancelled tokens, queue,
--- queue expiry, limit (the LIMIT every holder of this lock uses).
--- ARGV: token, ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not
--- wait), how long a waiter's place is kept (ms), limit.
+-- KEYS: lock (zset).
+-- ARGV: fence counter, holders (hash token -> info), cancelled tokens, queue, queue expiry,
+-- limit (the LIMIT every holder of this lock uses); then token, ttl ms, fence counter ttl ms,
+-- host, pid, command, waiter id ('' = does not wait), how long a waiter's place is kept (ms),
+-- limit.
 -- Returns as the mutex's acquire.lua: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
 -- place} with the holder whose lease ends first (pttl -2: a permit is free but waiters come
--- first); {2} for a cancelled attempt.
+-- first); {2} for a cancelled attempt; TRYAGAIN (reach.lua).
 -- Every check that can fail runs before the first write.
-local lock, fence_key, holders, cancelled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local queue, expiry, limit_key = KEYS[5], KEYS[6], KEYS[7]
-local token, ttl = ARGV[1], tonumber(ARGV[2])
-local waiter, keep, limit = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+--
+-- Where some keys are out of reach (the node a migrating slot leaves, where the set is, as
+-- the declared key), a new permit is never taken: whether one may be depends on the queue and
+-- the cancelled tokens, which may be on the other node. Our own token is taken anew if the
+-- keys it writes are here.
+local lock = KEYS[1]
+local fence_key, holders, cancelled, queue, expiry, limit_key =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local token, ttl = ARGV[7], tonumber(ARGV[8])
+local waiter, keep, limit = ARGV[13], tonumber(ARGV[14]), tonumber(ARGV[15])
 
-if redis.call('SISMEMBER', cancelled, token) == 1 then
+local kind = type_here(lock)
+if not kind then
+  return split()
+end
+
+if here(cancelled) and redis.call('SISMEMBER', cancelled, token) == 1 then
   return {2}
 end
 
-local kind = redis.call('TYPE', lock).ok
 if kind == 'string' then
   return redis.error_reply('WRONGTYPE the lock ' .. lock ..
     ' is held as a mutex (without --limit); use the same --limit as its other users')
 elseif kind ~= 'none' and kind ~= 'zset' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end
-local bad_queue = check_queue_keys(queue, expiry)
-if bad_queue then
-  return bad_queue
-end
-for key, want in pairs({[holders] = 'hash', [limit_key] = 'string'}) do
-  local k = redis.call('TYPE', key).ok
-  if k ~= 'none' and k ~= want then
-    return redis.error_reply('WRONGTYPE the key ' .. key .. ' holds a ' .. k .. ', not a ' .. want)
-  end
+local bad = check_kinds('zset', {queue, expiry}) or check_kinds('hash', {holders})
+  or check_kinds('string', {limit_key})
+if bad then
+  return bad
 end
 -- The limit lives exactly as long as the holders (every script that extends a lease extends
 -- it too): a sorted set without one is somebody else's, not to be touched.
-local recorded = redis.call('GET', limit_key)
-if kind == 'zset' and not recorded then
-  return redis.error_reply('WRONGTYPE the lock key ' .. lock ..
-    ' holds a sorted set that is not a redlock-run --limit lock; refusing to touch it')
+if kind == 'zset' then
+  if not here(limit_key) then
+    return split()
+  end
+  local recorded = redis.call('GET', limit_key)
+  if not recorded then
+    return redis.error_reply('WRONGTYPE the lock key ' .. lock ..
+      ' holds a sorted set that is not a redlock-run --limit lock; refusing to touch it')
+  end
+  if tonumber(recorded) ~= limit then
+    return redis.error_reply('WRONGTYPE the lock ' .. lock .. ' is used with --limit ' ..
+      recorded .. ', not ' .. ARGV[15] .. '; use the same --limit as its other users')
+  end
 end
-if kind == 'zset' and tonumber(recorded) ~= limit then
-  return redis.error_reply('WRONGTYPE the lock ' .. lock .. ' is used with --limit ' ..
-    recorded .. ', not ' .. ARGV[9] .. '; use the same --limit as its other users')
-end
-local last, bad_fence = last_fence(fence_key)
-if bad_fence then
-  return bad_fence
+-- nil while the counter is out of reach.
+local last
+if here(fence_key) then
+  local bad_fence
+  last, bad_fence = last_fence(fence_key)
+  if bad_fence then
+    return bad_fence
+  end
 end
 
 local now_us, now_ms = server_now()
@@ -59,23 +75,33 @@ local now_us, now_ms = server_now()
 local ended = redis.call('ZRANGEBYSCORE', lock, '-inf', now_ms, 'LIMIT', 0, 1000)
 if #ended > 0 then
   redis.call('ZREM', lock, unpack(ended))
-  redis.call('HDEL', holders, unpack(ended))
+  if here(holders) then
+    redis.call('HDEL', holders, unpack(ended))
+  end
+  -- The set may be gone now, and where it was out of reach for anything else, it cannot be
+  -- created again.
+  kind = type_here(lock)
+  if not kind then
+    return split()
+  end
 end
-reap_waiters(queue, expiry, now_ms)
+if queue_here(queue, expiry) then
+  reap_waiters(queue, expiry, now_ms)
+end
 
 local function busy(free)
   local place = 0
-  if waiter ~= '' then
+  if waiter ~= '' and queue_here(queue, expiry) then
     place = keep_place(queue, expiry, waiter, now_us, now_ms, keep)
   end
-  local queued = redis.call('ZCARD', queue)
+  local queued = here(queue) and redis.call('ZCARD', queue) or 0
   if free then
     return {0, -2, '', '', '', queued, place}
   end
   -- The holder whose lease ends first: the earliest a permit frees up by itself.
   local first = redis.call('ZRANGE', lock, 0, 0, 'WITHSCORES')
   local host, pid, since = '', '', ''
-  local info = redis.call('HGET', holders, first[1])
+  local info = here(holders) and redis.call('HGET', holders, first[1])
   if info then
     host, pid, since = string.match(info, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t')
   end
@@ -89,6 +115,14 @@ if not redis.call('ZSCORE', lock, token) then
   if free <= 0 then
     return busy(false)
   end
+  if not (here(cancelled) and queue_here(queue, expiry)) then
+    -- A permit is free, but not to be taken here (see above). A waiter hears so (and keeps
+    -- its place elsewhere, cluster.rs); a run that does not wait is told to try again.
+    if waiter ~= '' then
+      return busy(true)
+    end
+    return split()
+  end
   local queued = redis.call('ZCARD', queue)
   if queued > 0 then
     -- Only the first `free` waiters may take a permit; a run that does not wait only takes
@@ -99,19 +133,23 @@ if not redis.call('ZSCORE', lock, token) then
     end
   end
 end
+-- Taking a permit writes the fence counter, the holder's info and the limit.
+if not last or not here(holders) or not here(limit_key) then
+  return split()
+end
 if waiter ~= '' then
   leave_queue(queue, expiry, waiter)
 end
 
 local fence_str = next_fence(last, now_us)
 redis.call('ZADD', lock, string.format('%.0f', now_ms + ttl), token)
-redis.call('SET', fence_key, fence_str, 'PX', ARGV[3])
-redis.call('HSET', holders, token, ARGV[4] .. '\t' .. ARGV[5] .. '\t' ..
-  string.format('%.0f', now_ms) .. '\t' .. fence_str .. '\t' .. ARGV[6])
+redis.call('SET', fence_key, fence_str, 'PX', ARGV[9])
+redis.call('HSET', holders, token, ARGV[10] .. '\t' .. ARGV[11] .. '\t' ..
+  string.format('%.0f', now_ms) .. '\t' .. fence_str .. '\t' .. ARGV[12])
 -- Every key of the semaphore lives as long as its longest lease.
 local longest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
 local left = math.max(tonumber(longest[2]) - now_ms, 1)
 redis.call('PEXPIRE', lock, left)
 redis.call('PEXPIRE', holders, left)
-redis.call('SET', limit_key, ARGV[9], 'PX', left)
+redis.call('SET', limit_key, ARGV[15], 'PX', left)
 return {1, fence_str}

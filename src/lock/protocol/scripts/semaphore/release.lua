@@ -1,36 +1,52 @@
 -- Give back our permit; never touch another holder's.
--- KEYS: lock (zset), holders, release channel, limit. ARGV: token, keep ms, limit.
+-- KEYS: lock (zset). ARGV: holders, limit key, release channel; then token, keep ms, limit.
 -- keep > 0 (--hold-at-least): the permit stays taken for keep ms more instead.
--- Returns 1 released, -1 already gone (our lease ended; the permit may be someone else's).
-if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then
+-- Returns 1 released, -1 already gone (our lease ended; the permit may be someone else's);
+-- TRYAGAIN (reach.lua).
+-- Only the set decides; keys out of reach (a migration) keep their own TTL, and the limit is
+-- never created here (see renew.lua).
+local lock, holders, limit_key, channel = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local token, keep = ARGV[4], tonumber(ARGV[5])
+local kind = type_here(lock)
+if not kind then
+  return split()
+end
+if kind ~= 'zset' then
   return -1
 end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local score = redis.call('ZSCORE', lock, token)
 if not score or tonumber(score) <= now_ms then
   return -1
 end
-local holders_kind = redis.call('TYPE', KEYS[2]).ok
-if holders_kind ~= 'none' and holders_kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE the key ' .. KEYS[2] .. ' holds a ' .. holders_kind)
+local holders_kind = type_here(holders)
+if holders_kind and holders_kind ~= 'none' and holders_kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE the key ' .. holders .. ' holds a ' .. holders_kind)
 end
-local keep = tonumber(ARGV[2])
 if keep > 0 then
-  redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', now_ms + keep), ARGV[1])
-  local longest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('ZADD', lock, 'XX', string.format('%.0f', now_ms + keep), token)
+  local longest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
   local left = math.max(tonumber(longest[2]) - now_ms, 1)
-  redis.call('PEXPIRE', KEYS[1], left)
-  redis.call('PEXPIRE', KEYS[2], left)
-  -- The limit lives as long as the permits it governs.
-  redis.call('SET', KEYS[4], ARGV[3], 'PX', left)
-else
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    -- The last holder: nothing is left to keep the limit for.
-    redis.call('DEL', KEYS[4])
+  redis.call('PEXPIRE', lock, left)
+  if holders_kind then
+    redis.call('PEXPIRE', holders, left)
   end
-  redis.pcall('PUBLISH', KEYS[3], '1')
+  -- The limit lives as long as the permits it governs.
+  if here(limit_key) then
+    redis.call('SET', limit_key, ARGV[6], 'PX', left, 'XX')
+  end
+else
+  -- Ours is the last permit: nothing is left to keep the limit for. (Counted before the
+  -- set goes, which on the node a migrating slot leaves ends its reach.)
+  local last = redis.call('ZCARD', lock) == 1
+  redis.call('ZREM', lock, token)
+  if holders_kind then
+    redis.call('HDEL', holders, token)
+  end
+  if last and here(limit_key) then
+    redis.call('DEL', limit_key)
+  end
+  redis.pcall('PUBLISH', channel, '1')
 end
 return 1

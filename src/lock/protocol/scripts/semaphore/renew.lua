@@ -1,20 +1,32 @@
 -- Extend our permit's lease if we still hold it. A lease that already ended stays lost, even
 -- if nobody took the permit since: the command may have run past it.
--- KEYS: lock (zset), holders, limit. ARGV: token, ttl ms, limit.
--- Returns 1 renewed, 0 not ours (lost).
-if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then
+-- KEYS: lock (zset). ARGV: holders, limit key; then token, ttl ms, limit.
+-- Returns 1 renewed, 0 not ours (lost); TRYAGAIN (reach.lua).
+-- Only the set decides. The limit is only extended, never created: a node that reaches a key
+-- the other node of a migration may still have must not create it (cluster.rs), and the
+-- limit exists as long as the set anyway. Keys out of reach keep their own TTL.
+local lock, holders, limit_key = KEYS[1], ARGV[1], ARGV[2]
+local kind = type_here(lock)
+if not kind then
+  return split()
+end
+if kind ~= 'zset' then
   return 0
 end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local score = redis.call('ZSCORE', lock, ARGV[3])
 if not score or tonumber(score) <= now_ms then
   return 0
 end
-redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', now_ms + tonumber(ARGV[2])), ARGV[1])
-local longest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('ZADD', lock, 'XX', string.format('%.0f', now_ms + tonumber(ARGV[4])), ARGV[3])
+local longest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
 local left = math.max(tonumber(longest[2]) - now_ms, 1)
-redis.call('PEXPIRE', KEYS[1], left)
-redis.call('PEXPIRE', KEYS[2], left)
-redis.call('SET', KEYS[3], ARGV[3], 'PX', left)
+redis.call('PEXPIRE', lock, left)
+if here(holders) then
+  redis.call('PEXPIRE', holders, left)
+end
+if here(limit_key) then
+  redis.call('SET', limit_key, ARGV[5], 'PX', left, 'XX')
+end
 return 1
