@@ -292,6 +292,7 @@ async fn acquire<L: Lock>(
         }
     };
     let mut first = true;
+    let waiter_id = holder.waiter.as_ref().map(|w| w.id.as_str());
     let mut backoff = Backoff::new(token.seed());
     // Subscribed on the first busy reply when there is time to wait; wakes the next attempt
     // as soon as the holder releases, instead of at the next poll.
@@ -392,7 +393,7 @@ async fn acquire<L: Lock>(
                     () = tokio::time::sleep(nap) => {}
                     () = async {
                         match notices.as_mut() {
-                            Some(n) => n.next().await,
+                            Some(n) => n.next_for(waiter_id).await,
                             None => std::future::pending().await,
                         }
                     } => {}

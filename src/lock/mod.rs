@@ -234,24 +234,45 @@ pub struct Waiter {
 
 /// Announcements that the lock was released. A hint only: a missed or late message costs one
 /// poll interval, and expiry (a holder that died) is never announced.
+///
+/// Each announcement names whom it is for: the waiter at the head of the queue when the lock
+/// was released (the only one that may take it), or [`FOR_EVERYONE`] when nobody queued or
+/// the lock keeps no queue (Redlock). Waking only the head spares the others an attempt that
+/// can only find the lock busy, and the head a Redis busy with those attempts.
 pub struct ReleaseNotices {
     /// Whatever keeps the subscription open (a connection, a sink).
     _keep: Box<dyn std::any::Any>,
-    stream: Pin<Box<dyn Stream<Item = ()>>>,
+    /// The payload of each announcement.
+    stream: Pin<Box<dyn Stream<Item = String>>>,
 }
 
+/// The payload of an announcement for every waiter.
+pub const FOR_EVERYONE: &str = "1";
+
 impl ReleaseNotices {
-    pub fn new(keep: impl std::any::Any, stream: impl Stream<Item = ()> + 'static) -> Self {
+    pub fn new(keep: impl std::any::Any, stream: impl Stream<Item = String> + 'static) -> Self {
         ReleaseNotices {
             _keep: Box::new(keep),
             stream: Box::pin(stream),
         }
     }
 
-    /// The next announcement; pending forever once the subscription is gone.
-    pub async fn next(&mut self) {
-        if self.stream.next().await.is_none() {
-            std::future::pending::<()>().await;
+    /// The next announcement, whomever it is for; pending forever once the subscription is
+    /// gone.
+    pub async fn next(&mut self) -> String {
+        match self.stream.next().await {
+            Some(payload) => payload,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The next announcement for `waiter` (its id): one for everyone, or one that names it.
+    pub async fn next_for(&mut self, waiter: Option<&str>) {
+        loop {
+            let payload = self.next().await;
+            if payload == FOR_EVERYONE || Some(payload.as_str()) == waiter {
+                return;
+            }
         }
     }
 }
@@ -367,5 +388,45 @@ impl Lock for Backend {
             Backend::Quorum(b) => b.leave_queue(holder, within).await,
             Backend::Sentinel(b) => b.leave_queue(holder, within).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notices(payloads: &[&str]) -> ReleaseNotices {
+        let payloads: Vec<String> = payloads.iter().map(|p| (*p).to_owned()).collect();
+        ReleaseNotices::new((), futures_util::stream::iter(payloads))
+    }
+
+    /// Which announcements wake which waiter, without waiting for the end of the stream
+    /// (which would leave `next` pending for ever).
+    fn woken(payloads: &[&str], waiter: Option<&str>) -> usize {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut n = notices(payloads);
+        let mut woken = 0;
+        runtime.block_on(async {
+            while tokio::time::timeout(Duration::from_millis(50), n.next_for(waiter))
+                .await
+                .is_ok()
+            {
+                woken += 1;
+            }
+        });
+        woken
+    }
+
+    #[test]
+    fn a_waiter_wakes_for_its_own_id_and_for_everyone() {
+        let payloads = ["a 1", "1", "b 2", "a 1", "c 3"];
+        assert_eq!(woken(&payloads, Some("a 1")), 3);
+        assert_eq!(woken(&payloads, Some("b 2")), 2);
+        assert_eq!(woken(&payloads, Some("z 9")), 1);
+        // A run with no place in any queue (none is kept for it) wakes for everyone's only.
+        assert_eq!(woken(&payloads, None), 1);
     }
 }

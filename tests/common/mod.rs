@@ -194,7 +194,7 @@ pub fn redis_server_bin() -> OsString {
     std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into())
 }
 
-fn redis_cli_bin() -> OsString {
+pub fn redis_cli_bin() -> OsString {
     std::env::var_os("REDIS_CLI_BIN").unwrap_or_else(|| "redis-cli".into())
 }
 

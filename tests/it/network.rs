@@ -275,7 +275,7 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lock/protocol/scripts");
     let read = |name: &str| std::fs::read_to_string(scripts.join(name)).unwrap();
     // As the wrapper sends them: the shared helpers (and the acquire's prelude) first.
-    let cancel = read("reach.lua") + &read("cancel.lua");
+    let cancel = read("reach.lua") + &read("wake.lua") + &read("cancel.lua");
     let acquire = read("reach.lua") + &read("prelude.lua") + &read("acquire.lua");
     let token = "late-token";
     let cancelled = redis.cli(&[
@@ -286,6 +286,8 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
         "{redlock:k}:holder",
         "{redlock:k}:released",
         "{redlock:k}:cancelled",
+        "{redlock:k}:queue",
+        "{redlock:k}:queue-expiry",
         token,
         "600000",
         "1",

@@ -188,3 +188,70 @@ fn a_killed_waiter_with_a_long_ttl_does_not_block_a_free_lock() {
         .run()
         .expect_code(0);
 }
+
+/// A release wakes the head of the queue alone: the announcement on the lock's channel names
+/// the waiter that may take the lock (the others would only find it busy), and names every
+/// waiter ("1") once nobody is queued. Here three waiters are served one after the other, and
+/// each release names the next one in the queue.
+#[test]
+fn each_release_names_the_next_waiter() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let h = holder(&redis, dir.path());
+    let mut waiters = Vec::new();
+    for (i, name) in ["w1", "w2", "w3"].iter().enumerate() {
+        waiters.push(waiter(&redis, dir.path(), name, &[]));
+        let n = i as i64 + 1;
+        waiters[i].wait_until(secs(20), &format!("{name} queued"), || queued(&redis) == n);
+    }
+    let ids: Vec<String> = redis
+        .cli(&["ZRANGE", QUEUE, "0", "-1"])
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+
+    let heard = dir.path().join("heard");
+    let mut listener = std::process::Command::new(redis_cli_bin())
+        .args([
+            "-p",
+            &redis.port().to_string(),
+            "SUBSCRIBE",
+            "{redlock:q}:released",
+        ])
+        .stdout(fs::File::create(&heard).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-cli");
+    let _listener = PidGuard::new(listener.id() as i32);
+    wait_until(secs(10), "the test's subscription", || {
+        fs::read_to_string(&heard).is_ok_and(|s| s.contains("subscribe"))
+    });
+
+    fs::write(dir.path().join("go"), "").unwrap();
+    h.wait(secs(30)).expect_code(0);
+    for w in waiters {
+        w.wait(secs(60)).expect_code(0);
+    }
+    // Each message is three lines: "message", the channel, the payload.
+    let payloads = || -> Vec<String> {
+        let text = fs::read_to_string(&heard).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines
+            .windows(3)
+            .filter(|w| w[0] == "message")
+            .map(|w| w[2].to_owned())
+            .collect()
+    };
+    wait_until(secs(10), "four announcements", || payloads().len() >= 4);
+    let _ = listener.kill();
+    let _ = listener.wait();
+    let mut expected = ids.clone();
+    expected.push("1".to_owned());
+    assert_eq!(payloads(), expected, "queue at the start: {ids:?}");
+    assert_eq!(
+        read_trimmed(&dir.path().join("order")),
+        "w1\nw2\nw3",
+        "not served in arrival order"
+    );
+}

@@ -32,14 +32,17 @@ static RENEW: Lua = Lua::new(concat!(
 ));
 static RELEASE: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
+    include_str!("scripts/wake.lua"),
     include_str!("scripts/release.lua")
 ));
 static CANCEL: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
+    include_str!("scripts/wake.lua"),
     include_str!("scripts/cancel.lua")
 ));
 static LEAVE: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
+    include_str!("scripts/wake.lua"),
     include_str!("scripts/leave.lua")
 ));
 static RAISE_FENCE: Lua = Lua::new(concat!(
@@ -120,7 +123,7 @@ impl Mutex {
         ScriptCall::new(
             &RELEASE,
             &k.lock,
-            &[&k.holder, &k.released],
+            &[&k.holder, &k.released, &k.queue, &k.queue_expiry],
             vec![
                 token.to_owned(),
                 millis(keep).to_string(),
@@ -144,7 +147,13 @@ impl Mutex {
         ScriptCall::new(
             &CANCEL,
             &k.lock,
-            &[&k.holder, &k.released, &k.cancelled],
+            &[
+                &k.holder,
+                &k.released,
+                &k.cancelled,
+                &k.queue,
+                &k.queue_expiry,
+            ],
             vec![
                 token.to_owned(),
                 millis(CANCEL_KEEP).to_string(),

@@ -484,8 +484,8 @@ impl Lock for Quorum {
         }
         let streams = subscribed.into_iter().map(|notices| {
             Box::pin(stream::unfold(notices, |mut notices| async move {
-                notices.next().await;
-                Some(((), notices))
+                let payload = notices.next().await;
+                Some((payload, notices))
             }))
         });
         Some(ReleaseNotices::new((), stream::select_all(streams)))

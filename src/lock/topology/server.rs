@@ -237,7 +237,8 @@ impl Server {
             let mut pubsub = self.client.get_async_pubsub().await.ok()?;
             pubsub.subscribe(channel).await.ok()?;
             let (sink, stream) = pubsub.split();
-            Some(ReleaseNotices::new(sink, stream.map(drop)))
+            let payloads = stream.map(|msg| msg.get_payload::<String>().unwrap_or_default());
+            Some(ReleaseNotices::new(sink, payloads))
         };
         tokio::time::timeout(within, subscribe).await.ok().flatten()
     }

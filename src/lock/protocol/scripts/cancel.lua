@@ -1,12 +1,13 @@
 -- Take back an acquire whose reply was lost, and make sure it cannot land later: the request
 -- may still be on its way (a retransmission, a slow middlebox) and arrive after this script.
--- KEYS: lock. ARGV: holder hash, release channel, cancelled tokens (a set); then token, how
--- long cancelled tokens are remembered (ms), announce ('0': do not announce, see
--- release.lua).
+-- KEYS: lock. ARGV: holder hash, release channel, cancelled tokens (a set), queue, queue
+-- expiry; then token, how long cancelled tokens are remembered (ms), announce ('0': do not
+-- announce, see release.lua).
 -- Returns 1 when the lock held the token and was released, 0 otherwise; TRYAGAIN
 -- (reach.lua).
 local lock, holder, channel, cancelled = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-local token, remember, announce = ARGV[4], ARGV[5], ARGV[6]
+local queue, expiry = ARGV[4], ARGV[5]
+local token, remember, announce = ARGV[6], ARGV[7], ARGV[8]
 local kind = type_here(lock)
 if not kind then
   return split()
@@ -24,7 +25,7 @@ if kind == 'string' and redis.call('GET', lock) == token then
     redis.call('DEL', holder)
   end
   if announce ~= '0' then
-    redis.pcall('PUBLISH', channel, '1')
+    redis.pcall('PUBLISH', channel, whom_to_wake(queue, expiry))
   end
   return 1
 end

@@ -1,5 +1,5 @@
 -- A waiter gives up: leave the queue now rather than when its place expires, and if it was
--- at the head, wake the others (the next one may take a free lock at once).
+-- at the head, wake the next one (it may take a free lock at once; wake.lua).
 -- KEYS: queue. ARGV: queue expiry, release channel; then waiter id.
 -- Returns 1 if it was in the queue, 0 otherwise; TRYAGAIN (reach.lua).
 local queue, expiry, channel, waiter = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
@@ -12,6 +12,6 @@ if here(expiry) then
   redis.call('ZREM', expiry, waiter)
 end
 if removed == 1 and head == waiter then
-  redis.pcall('PUBLISH', channel, '1')
+  redis.pcall('PUBLISH', channel, whom_to_wake(queue, expiry))
 end
 return removed

@@ -1,14 +1,16 @@
 -- Release the lock if it still holds our token; never touch anyone else's.
--- KEYS: lock. ARGV: holder hash, release channel; then token, keep ms, announce ('0': do
--- not announce the release: a take-back of a grant on a minority of Redlock nodes, where the
--- lock was never free, would only wake the waiters, this run among them).
+-- KEYS: lock. ARGV: holder hash, release channel, queue, queue expiry; then token, keep ms,
+-- announce ('0': do not announce the release: a take-back of a grant on a minority of
+-- Redlock nodes, where the lock was never free, would only wake the waiters, this run among
+-- them). The announcement names the waiter to wake (wake.lua).
 -- keep > 0 (--hold-at-least): leave the lock to expire after keep ms instead of deleting it.
 -- Returns 1 released, 0 held by another value, -1 already gone; TRYAGAIN (reach.lua).
 -- Only the lock decides: holder info this node cannot reach (a migration) is left to expire
 -- with the lease it was written for, and `status` shows holder info only for the token the
 -- lock holds.
 local lock, holder, channel = KEYS[1], ARGV[1], ARGV[2]
-local token, keep, announce = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local queue, expiry = ARGV[3], ARGV[4]
+local token, keep, announce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local kind = type_here(lock)
 if not kind then
   return split()
@@ -35,7 +37,7 @@ else
   -- publishes to the whole cluster.
   -- pcall: an ACL user without channel access still releases; waiters then just poll.
   if announce ~= '0' then
-    redis.pcall('PUBLISH', channel, '1')
+    redis.pcall('PUBLISH', channel, whom_to_wake(queue, expiry))
   end
 end
 return 1
