@@ -384,6 +384,6 @@ mod tests {
             assert!(packed.contains(part), "{part} missing from {packed}");
         }
         let sha = String::from_utf8(call.evalsha().get_packed_command()).unwrap();
-        assert!(sha.starts_with("*9\r\n$7\r\nEVALSHA\r\n$40\r\n"), "{sha}");
+        assert!(sha.starts_with("*11\r\n$7\r\nEVALSHA\r\n$40\r\n"), "{sha}");
     }
 }
