@@ -30,6 +30,11 @@
 //!   takes the terminal back and stops itself with the same signal. The shell sees the job
 //!   stopped, prints its prompt, and `fg`, `bg` and `kill %1` work on the wrapper. While the
 //!   wrapper is stopped it renews nothing, but the command is stopped too.
+//! - **A stop that cannot happen counts.** A command inside a vfork (dash runs every command
+//!   through one) whose child Ctrl-Z stopped before it exec'd cannot stop: it waits in the
+//!   kernel for that exec with the SIGTSTP pending, and waitpid never reports a stop. The
+//!   wrapper reads the pending stop from /proc on its next pass (within 200 ms) and follows
+//!   it as above, where the bare command would leave the shell without a prompt.
 //! - **It continues the command only under a valid lease.** When the shell continues the
 //!   wrapper (`fg` or `bg`), the wrapper first checks its lease (the supervisor's first step
 //!   after any wake-up); only if the lease still holds does it hand the terminal back (if it
@@ -227,7 +232,8 @@ impl Job {
         let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED;
         loop {
             let status = match waitpid(None, Some(flags)) {
-                Ok(WaitStatus::StillAlive) => return Ok(None),
+                // Nothing to report, unless a stop is due that can never happen.
+                Ok(WaitStatus::StillAlive) => return Ok(self.stuck_stop()),
                 Ok(status) => status,
                 // No child left at all: the leader was reaped, or someone else reaped it.
                 Err(Errno::ECHILD) => {
@@ -259,6 +265,13 @@ impl Job {
                 _ => continue,
             }
         }
+    }
+
+    /// A job-control stop that reached the command's leader but can never stop it: see
+    /// [`stop_it_cannot_act_on`]. Only at a terminal, as for a stop that waitpid reports.
+    fn stuck_stop(&self) -> Option<Event> {
+        self.terminal.as_ref()?;
+        stop_it_cannot_act_on(self.group).map(Event::Suspended)
     }
 
     /// The command was suspended by `sig` at a terminal: stop its whole group, give the
@@ -463,6 +476,54 @@ fn stat_ids(pid: i32) -> Option<(i32, i32, i32)> {
     Some((ppid, pgrp, sid))
 }
 
+/// A job-control stop signal (SIGTSTP, SIGTTIN, SIGTTOU) that `pid` has pending, at its
+/// default action, while it sits in an uninterruptible wait: the stop is due, but the process
+/// does not stop until the wait is over, and waitpid reports nothing.
+///
+/// The wait that matters is a vfork (dash runs every external command through one, and
+/// posix_spawn, used by make and many others, is one): the parent waits in the kernel until
+/// its child has exec'd. A Ctrl-Z between the vfork and the exec stops the child before it
+/// execs, so the parent, the command's leader, waits for ever with the SIGTSTP pending. The
+/// bare command leaves the shell without a prompt then (until someone sends SIGCONT); the
+/// wrapper, which looks every pass of the supervisor, takes it for the stop it is and
+/// follows: the job stops, and `fg` continues it as any other (SIGCONT to the group lets
+/// the child exec and drops the pending stop).
+///
+/// Not a stop the command blocks in order to take it later (it would not be waiting in `D`
+/// for it), or catches or ignores; not once SIGKILL is on its way.
+fn stop_it_cannot_act_on(pid: Pid) -> Option<Signal> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    pending_stop_in_uninterruptible_wait(&status)
+}
+
+/// [`stop_it_cannot_act_on`] from the text of /proc/PID/status.
+fn pending_stop_in_uninterruptible_wait(status: &str) -> Option<Signal> {
+    let mut state = None;
+    let mut pending = 0u64;
+    let mut not_default = 0u64;
+    for line in status.lines() {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        let mask = || u64::from_str_radix(value, 16).ok();
+        match name {
+            "State" => state = value.chars().next(),
+            // Sent to the thread, or to the process (the terminal's and kill's signals).
+            "SigPnd" | "ShdPnd" => pending |= mask()?,
+            "SigIgn" | "SigCgt" => not_default |= mask()?,
+            _ => {}
+        }
+    }
+    let bit = |sig: Signal| 1u64 << (sig as i32 - 1);
+    if state != Some('D') || pending & bit(Signal::SIGKILL) != 0 {
+        return None;
+    }
+    [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU]
+        .into_iter()
+        .find(|&sig| pending & bit(sig) != 0 && not_default & bit(sig) == 0)
+}
+
 fn is_job_control(sig: Signal) -> bool {
     matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
 }
@@ -573,5 +634,53 @@ fn reap_orphans() {
         if status == WaitStatus::StillAlive {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// /proc/PID/status of dash waiting in vfork for a child stopped by Ctrl-Z before it
+    /// exec'd (taken from a hung run), less the lines that do not matter here.
+    const DASH_IN_VFORK: &str = "Name:\tsh\nState:\tD (disk sleep)\nThreads:\t1\n\
+        SigQ:\t3/96362\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000090000\n\
+        SigBlk:\tfffffffe7ffbfeff\nSigIgn:\t0000000080000000\nSigCgt:\t0000000000014002\n";
+
+    #[test]
+    fn a_stop_pending_in_an_uninterruptible_wait_is_found() {
+        assert_eq!(
+            pending_stop_in_uninterruptible_wait(DASH_IN_VFORK),
+            Some(Signal::SIGTSTP)
+        );
+        let ttin = DASH_IN_VFORK
+            .replace("ShdPnd:\t0000000000090000", "ShdPnd:\t0000000000000000")
+            .replace("SigPnd:\t0000000000000000", "SigPnd:\t0000000000100000");
+        assert_eq!(
+            pending_stop_in_uninterruptible_wait(&ttin),
+            Some(Signal::SIGTTIN)
+        );
+    }
+
+    #[test]
+    fn a_stop_the_process_can_still_act_on_or_handles_itself_is_not() {
+        // Not in an uninterruptible wait: it stops by itself, or blocks the signal on purpose.
+        let sleeping = DASH_IN_VFORK.replace("D (disk sleep)", "S (sleeping)");
+        assert_eq!(pending_stop_in_uninterruptible_wait(&sleeping), None);
+        // Caught or ignored: the command decides what a stop means.
+        let caught =
+            DASH_IN_VFORK.replace("SigCgt:\t0000000000014002", "SigCgt:\t0000000000094002");
+        assert_eq!(pending_stop_in_uninterruptible_wait(&caught), None);
+        let ignored =
+            DASH_IN_VFORK.replace("SigIgn:\t0000000080000000", "SigIgn:\t0000000080080000");
+        assert_eq!(pending_stop_in_uninterruptible_wait(&ignored), None);
+        // Being killed.
+        let killed =
+            DASH_IN_VFORK.replace("SigPnd:\t0000000000000000", "SigPnd:\t0000000000000100");
+        assert_eq!(pending_stop_in_uninterruptible_wait(&killed), None);
+        // Only SIGCHLD pending.
+        let chld = DASH_IN_VFORK.replace("ShdPnd:\t0000000000090000", "ShdPnd:\t0000000000010000");
+        assert_eq!(pending_stop_in_uninterruptible_wait(&chld), None);
+        assert_eq!(pending_stop_in_uninterruptible_wait(""), None);
     }
 }

@@ -443,6 +443,8 @@ fn a_pipeline_neighbour_reading_the_terminal_does_not_stop_the_wrapper() {
 
 /// A job suspended past its lease whose command traps SIGTERM: on `fg` it must not run
 /// again at all (not even its trap for --grace), as another run may hold the lock by then.
+/// (The command is dash running `sleep` by vfork: the Ctrl-Z comes inside a vfork now and
+/// then, see `ctrl_z_while_the_command_is_in_a_vfork_suspends_the_job`.)
 #[test]
 fn a_command_suspended_past_its_lease_never_runs_again() {
     let redis = RedisServer::start();
@@ -466,6 +468,105 @@ fn a_command_suspended_past_its_lease_never_runs_again() {
         "the command ran its TERM trap after its lease was gone:\n{}",
         sh.output()
     );
+}
+
+/// A program that runs a child the way dash runs every command, by vfork, but whose child
+/// waits (`pause`) where it would exec; it writes its pid to `./pid` first. So a Ctrl-Z comes
+/// between the vfork and the exec every time, where with dash it comes there now and then.
+const VFORK_WAIT_C: &str = r#"
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(void) {
+    pid_t child = vfork();
+    if (child == 0) {
+        /* Shares the parent's memory until exec or _exit: system calls and the stack only. */
+        char text[24];
+        int at = sizeof text;
+        text[--at] = '\n';
+        for (pid_t pid = getpid(); pid > 0; pid /= 10)
+            text[--at] = '0' + pid % 10;
+        int fd = open("pid", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        write(fd, text + at, sizeof text - at);
+        close(fd);
+        pause();
+        _exit(0);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    return 0;
+}
+"#;
+
+/// [`VFORK_WAIT_C`] built into `dir` with cc (the C compiler that links Rust here).
+fn build_vfork_wait(dir: &std::path::Path) -> std::path::PathBuf {
+    let source = dir.join("vfork-wait.c");
+    let program = dir.join("vfork-wait");
+    std::fs::write(&source, VFORK_WAIT_C).unwrap();
+    let out = Command::new("cc")
+        .arg("-o")
+        .arg(&program)
+        .arg(&source)
+        .output()
+        .expect("cc, to build a test program");
+    assert!(
+        out.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    program
+}
+
+/// Ctrl-Z while the command is in a vfork: the child is stopped before it execs, and the
+/// command, its parent, waits in the kernel for that exec with the SIGTSTP pending: it never
+/// stops, so waitpid reports no stop. The bare command leaves the shell without a prompt;
+/// the wrapper must follow the stop all the same (it waited for ever, renewing the lock), and
+/// `fg` must continue the job. In both tracking modes.
+#[test]
+fn ctrl_z_while_the_command_is_in_a_vfork_suspends_the_job() {
+    let redis = RedisServer::start();
+    let mut sh = Shell::start(&redis);
+    let vfork_wait = build_vfork_wait(sh.dir.path());
+    for (n, mode) in ["", "REDLOCK_NO_CGROUP=1 "].iter().enumerate() {
+        let _ = std::fs::remove_file(sh.path("pid"));
+        let prompts = sh.count(PROMPT);
+        sh.send(&format!("{mode}$RR --key k -- {}\n", vfork_wait.display()));
+        let child = read_pid_file(&sh.path("pid"), secs(10));
+        let _child_guard = PidGuard::new(child);
+        let command = parent_of(child);
+        let _command_guard = PidGuard::new(command);
+        sh.send("\x1a");
+        sh.wait_for_prompts(prompts + 1);
+        assert_eq!(state(child), 'T', "{mode}: {}", sh.output());
+        assert!(
+            redis.exists("redlock:k"),
+            "{mode}: the lock of a suspended job is held"
+        );
+        sh.send("fg\n");
+        assert!(
+            poll_until(secs(5), || state(child) == 'S'),
+            "{mode}: fg did not continue the command (state {}):\n{}",
+            state(child),
+            sh.output()
+        );
+        let prompts = sh.count(PROMPT);
+        sh.send("\x03");
+        sh.wait_for_prompts(prompts + 1);
+        sh.run("echo rc=$?");
+        assert_eq!(
+            sh.output().matches("rc=130").count(),
+            n + 1,
+            "{mode}: {}",
+            sh.output()
+        );
+        assert!(
+            !pid_alive(command) && !pid_alive(child),
+            "{mode}: {}",
+            sh.output()
+        );
+        assert!(!redis.exists("redlock:k"), "{mode}: released after Ctrl-C");
+    }
 }
 
 /// SIGINT sent to the wrapper by someone (not Ctrl-C at the terminal) ends the run, but is
