@@ -1,0 +1,138 @@
+//! Review of "Cluster: a run works while the lock's own slot is being migrated" (621ffb8):
+//! cases where the lock's keys are split between the two nodes of a migration for longer than
+//! a lease (an interrupted `redis-cli --cluster reshard`, or a slow one: keys are moved in
+//! batches, and one lock's keys can fall into different batches). Renewals and releases then
+//! run where the lock key is and extend only the keys that node has; the companions left on the
+//! other node are not renewed and expire there.
+//!
+//! - `--limit`: the limit key (`{L}:limit`) is only ever extended (`SET .. XX`), never written
+//!   again, by renew.lua and release.lua. Once it has expired on one node while the holders'
+//!   set lives on the other, the set has no limit; after the migration every acquire refuses
+//!   the set as "not a redlock-run --limit lock" (exit 69) for as long as any holder keeps
+//!   renewing: the lock is unusable while it is in use.
+//! - The mutex's holder info (`{L}:holder`) is not renewed either: `status` then calls the
+//!   holder "another client (not redlock-run)".
+
+use std::fs;
+
+use crate::common::cluster::Cluster;
+use crate::common::*;
+
+/// A `--limit 2` holder with a 1 s lease on `cluster`, until the file `go` exists.
+fn limit_holder(cluster: &Cluster, name: &str, dir: &std::path::Path) -> Running {
+    let mut run = cluster
+        .wrapper(name)
+        .args(["--limit", "2", "--ttl", "1s"])
+        .sh(
+            "echo $$ > started; i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; \
+             i=$((i+1)); done",
+        )
+        .current_dir(dir)
+        .spawn();
+    run.child_pid(&dir.join("started"), secs(10));
+    run
+}
+
+/// The holders' set moves to the new master ahead of the limit key, and the migration stalls
+/// for longer than a lease: the holder keeps renewing where its set is, the limit left behind
+/// expires. Once the rest has moved and the slot is handed over, a second `--limit 2` run must
+/// get the free permit.
+#[test]
+fn a_limit_whose_set_moved_ahead_of_its_limit_key_still_grants_a_free_permit() {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = "redlock:lim1";
+    let slot = cluster.slot(key);
+    let from = cluster.owner_of(key);
+    let to = cluster.other_master(from);
+    let mut holder = limit_holder(&cluster, "lim1", dir.path());
+
+    cluster.begin_migration(slot, from, to);
+    cluster.move_these_keys(&[key], from, to);
+    // Longer than the 1 s lease: the limit key left behind is renewed by nobody.
+    std::thread::sleep(ms(2500));
+    assert!(holder.is_running(), "renewals\n{}", holder.describe());
+    cluster.move_keys(slot, from, to);
+    cluster.finish_migration(slot, to);
+    assert!(holder.is_running(), "renewals\n{}", holder.describe());
+
+    let second = cluster
+        .wrapper("lim1")
+        .args(["--limit", "2", "--", "true"])
+        .run();
+    fs::write(dir.path().join("go"), "").unwrap();
+    let first = holder.wait(secs(20));
+    second.expect_code(0);
+    first.expect_code(0);
+}
+
+/// The other order: the limit key moves first, the set stays on the old master, where the
+/// holder renews it; the limit, now on the new master, is not renewed and expires. After the
+/// migration a second `--limit 2` run must get the free permit.
+#[test]
+fn a_limit_whose_limit_key_moved_ahead_of_its_set_still_grants_a_free_permit() {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = "redlock:lim2";
+    let slot = cluster.slot(key);
+    let from = cluster.owner_of(key);
+    let to = cluster.other_master(from);
+    let mut holder = limit_holder(&cluster, "lim2", dir.path());
+
+    cluster.begin_migration(slot, from, to);
+    cluster.move_these_keys(&["{redlock:lim2}:limit"], from, to);
+    std::thread::sleep(ms(2500));
+    assert!(holder.is_running(), "renewals\n{}", holder.describe());
+    cluster.move_keys(slot, from, to);
+    cluster.finish_migration(slot, to);
+    assert!(holder.is_running(), "renewals\n{}", holder.describe());
+
+    let second = cluster
+        .wrapper("lim2")
+        .args(["--limit", "2", "--", "true"])
+        .run();
+    fs::write(dir.path().join("go"), "").unwrap();
+    let first = holder.wait(secs(20));
+    second.expect_code(0);
+    first.expect_code(0);
+}
+
+/// The mutex: the lock key moves ahead of its holder info, and the migration stalls for longer
+/// than a lease. The holder renews where the lock is; `status` must still name it (its pid),
+/// not call it "another client (not redlock-run)".
+#[test]
+fn status_names_the_holder_whose_info_was_left_behind() {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = "redlock:info";
+    let slot = cluster.slot(key);
+    let from = cluster.owner_of(key);
+    let to = cluster.other_master(from);
+    let mut holder = cluster
+        .wrapper("info")
+        .args(["--ttl", "1s"])
+        .sh(
+            "echo $$ > started; i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; \
+             i=$((i+1)); done",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    let pid = holder.child_pid(&dir.path().join("started"), secs(10));
+    cluster.begin_migration(slot, from, to);
+    cluster.move_these_keys(&[key], from, to);
+    std::thread::sleep(ms(2500));
+    assert!(holder.is_running(), "renewals\n{}", holder.describe());
+
+    let status = Wrapper::new()
+        .args(["status", "--redis", &cluster.url(), "--key", "info"])
+        .run();
+    status.expect_code(0);
+    fs::write(dir.path().join("go"), "").unwrap();
+    holder.wait(secs(20)).expect_code(0);
+    assert!(
+        !status.stdout.contains("not redlock-run"),
+        "the holder (its command has pid {pid}) is a redlock-run\n{status}"
+    );
+    cluster.move_keys(slot, from, to);
+    cluster.finish_migration(slot, to);
+}
