@@ -136,3 +136,144 @@ fn status_names_the_holder_whose_info_was_left_behind() {
     cluster.move_keys(slot, from, to);
     cluster.finish_migration(slot, to);
 }
+
+/// Move `key` from node `from` to `to` (the slot migrating between them); `false` if it was
+/// gone already. Any other answer (BUSYKEY: the key exists on both nodes) fails the test.
+fn migrate_one(cluster: &Cluster, key: &str, from: usize, to: usize) -> bool {
+    let port = cluster.nodes[to].port().to_string();
+    let reply =
+        cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key]);
+    match reply.as_str() {
+        "OK" => true,
+        "NOKEY" => false,
+        other => panic!("MIGRATE {key} from {from} to {to}: {other}"),
+    }
+}
+
+/// The slot migrated there and back, one key at a time with pauses between, while four
+/// clients take the lock over and over (waiters, and runs that do not wait): never two
+/// holders at once, fences strictly growing in the order the holders ran, no key ever on
+/// both nodes (MIGRATE would answer BUSYKEY), and every waiter gets the lock.
+#[test]
+fn contended_lock_while_its_slot_moves_key_by_key_there_and_back() {
+    // Inside the lock: a directory only one holder may have, and the fence appended to a log.
+    churn(
+        "churn",
+        &[],
+        "mkdir cs 2>/dev/null || touch breach; echo $REDLOCK_FENCE >> fences; sleep 0.05; \
+         rmdir cs",
+        true,
+    );
+}
+
+/// As above with `--limit 2`: never three holders at once.
+#[test]
+fn contended_limit_while_its_slot_moves_key_by_key_there_and_back() {
+    churn(
+        "churn2",
+        &["--limit", "2"],
+        "if mkdir cs1 2>/dev/null; then d=cs1; elif mkdir cs2 2>/dev/null; then d=cs2; \
+         else touch breach; fi; sleep 0.1; rmdir $d",
+        false,
+    );
+}
+
+/// Four clients (two waiting with `--wait`, two not) run `inside` under lock `name` with
+/// `args`, while the lock's slot is migrated there and back three times, one key at a time.
+fn churn(name: &str, args: &[&str], inside: &str, fences_in_order: bool) {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = format!("redlock:{name}");
+    let slot = cluster.slot(&key);
+    let a = cluster.owner_of(&key);
+    let b = cluster.other_master(a);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let wrapper = cluster
+                .wrapper(name)
+                .args(["--connect-timeout", "1s", "--ttl", "2s"])
+                .args(args)
+                .args(if c % 2 == 0 {
+                    vec!["--wait", "60s"]
+                } else {
+                    vec![]
+                })
+                .sh(inside)
+                .current_dir(dir.path());
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut codes = Vec::new();
+                for _ in 0..200 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let out = wrapper.run();
+                    codes.push((out.code(), out.stderr.clone()));
+                }
+                (c, codes)
+            })
+        })
+        .collect();
+    let pause: u64 = std::env::var("REVIEW_SLOT_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(150);
+    for (from, to) in [(a, b), (b, a), (a, b)] {
+        std::thread::sleep(ms(300));
+        cluster.begin_migration(slot, from, to);
+        for _ in 0..3 {
+            for k in cluster.keys_in_slot(from, slot) {
+                migrate_one(&cluster, &k, from, to);
+                std::thread::sleep(ms(pause));
+            }
+        }
+        // Nothing can appear on the node the slot leaves: this is the last batch.
+        for k in cluster.keys_in_slot(from, slot) {
+            migrate_one(&cluster, &k, from, to);
+        }
+        cluster.finish_migration(slot, to);
+    }
+    std::thread::sleep(ms(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for client in clients {
+        let (c, codes) = client.join().unwrap();
+        for (code, stderr) in &codes {
+            let ok = match code {
+                Some(0) => true,
+                // A run that does not wait may find the lock busy, or its keys not moved yet.
+                Some(75) | Some(69) if c % 2 == 1 => true,
+                _ => false,
+            };
+            assert!(ok, "client {c}: exit {code:?}\n{stderr}");
+        }
+        eprintln!(
+            "client {c}: {} runs, exits {:?}",
+            codes.len(),
+            codes
+                .iter()
+                .map(|(code, _)| code.unwrap_or(-1))
+                .collect::<Vec<_>>()
+        );
+        // Runs that do not wait may starve behind the waiters' queue; waiters may not.
+        assert!(
+            c % 2 == 1 || codes.iter().any(|(code, _)| *code == Some(0)),
+            "client {c} never got the lock: {codes:?}"
+        );
+    }
+    assert!(
+        !dir.path().join("breach").exists(),
+        "too many holders at once"
+    );
+    if !fences_in_order {
+        return;
+    }
+    let fences: Vec<u64> = read_trimmed(&dir.path().join("fences"))
+        .lines()
+        .map(|l| l.parse().expect("a fence"))
+        .collect();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences must grow in the order the holders ran: {fences:?}"
+    );
+}
