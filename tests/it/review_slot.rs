@@ -277,3 +277,33 @@ fn churn(name: &str, args: &[&str], inside: &str, fences_in_order: bool) {
         "fences must grow in the order the holders ran: {fences:?}"
     );
 }
+
+/// One server, no cluster: the limit key of a held `--limit` lock is lost while the set lives
+/// on (`DEL` here stands for an eviction: under `maxmemory-policy allkeys-lru` the limit,
+/// read only by acquires, is older than the set every renewal touches). Before 621ffb8 the
+/// next renewal wrote the limit again; now renewals only extend it (`SET .. XX`), and every
+/// later `--limit` run is refused with exit 69 until the last holder leaves.
+#[test]
+fn a_limit_key_lost_while_held_is_written_again_by_the_next_renewal() {
+    let server = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Wrapper::on(&server, "lost")
+        .args(["--limit", "2", "--ttl", "1s"])
+        .sh(
+            "echo $$ > started; i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; \
+             i=$((i+1)); done",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    holder.child_pid(&dir.path().join("started"), secs(10));
+    assert_eq!(server.cli_int(&["DEL", "{redlock:lost}:limit"]), 1);
+    // Two heartbeats (ttl/3 each).
+    std::thread::sleep(ms(800));
+    assert!(holder.is_running(), "renewals\n{}", holder.describe());
+    let second = Wrapper::on(&server, "lost")
+        .args(["--limit", "2", "--", "true"])
+        .run();
+    fs::write(dir.path().join("go"), "").unwrap();
+    holder.wait(secs(20)).expect_code(0);
+    second.expect_code(0);
+}
