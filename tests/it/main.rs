@@ -22,8 +22,9 @@
 //!   replica, ACL without EVAL (exit 69); a flushed script cache (EVAL, never SCRIPT LOAD).
 //! - `secrets`: no message shows any part of a password, whatever the URL holds.
 //! - `status`: the `status` subcommand, text and JSON.
-//! - `review_slot`: a lock's keys split between the two nodes of a stalled slot migration for
-//!   longer than a lease (`--limit`'s limit key and the holder info are not renewed there).
+//! - `split_keys`: a lock's keys split between the two nodes of a stalled slot migration for
+//!   longer than a lease (a lost `--limit` key is written again by the next renewal), and a
+//!   slot moved key by key there and back under contention.
 //! - `network`: faults made by the TCP fault proxy: the replica WAIT travels with its write,
 //!   a silently dead connection is replaced, an interrupted waiter leaves nothing behind.
 //! - `options`: `--prefix`, passwords, `REDLOCK_*` configuration, `-q`, `--log-format json`.
@@ -77,11 +78,11 @@ mod queue;
 mod quorum;
 mod redis_errors;
 mod replicas;
-mod review_slot;
 mod secrets;
 mod sentinel;
 mod signals;
 mod spawn_modes;
+mod split_keys;
 mod status;
 mod terminal;
 mod tls;

@@ -142,11 +142,15 @@ impl Lua {
 /// One script invocation with its declared key and its arguments (the other keys of the
 /// lock first, then the values), ready to be sent by a topology as EVALSHA, or as EVAL when
 /// the server does not have the script cached.
+#[derive(Clone)]
 pub struct ScriptCall {
     lua: &'static Lua,
     key: String,
     args: Vec<String>,
     needs_moved: Vec<String>,
+    /// Where among `args` the script is told whether it may create a companion key that is
+    /// missing (see [`ScriptCall::creating`]).
+    creating_at: Option<usize>,
 }
 
 impl ScriptCall {
@@ -158,7 +162,28 @@ impl ScriptCall {
             key: key.to_owned(),
             args: names.iter().map(|n| (*n).to_owned()).chain(args).collect(),
             needs_moved: Vec::new(),
+            creating_at: None,
         }
+    }
+
+    /// A last argument, '1': the script may write a missing companion key again (the
+    /// `--limit` key, lost to an eviction or expired while a migration stalled). Sent to the
+    /// node a migrating slot goes to (behind ASKING), the call says '0' instead
+    /// ([`ScriptCall::on_importing_node`]): the node the slot leaves may still have that key,
+    /// and a key created on both would stop the migration (`MIGRATE` refuses to overwrite it).
+    pub fn creating(mut self) -> ScriptCall {
+        self.args.push("1".to_owned());
+        self.creating_at = Some(self.args.len() - 1);
+        self
+    }
+
+    /// This call as sent to the node a migrating slot goes to: see [`ScriptCall::creating`].
+    pub fn on_importing_node(&self) -> ScriptCall {
+        let mut call = self.clone();
+        if let Some(i) = call.creating_at {
+            call.args[i] = "0".to_owned();
+        }
+        call
     }
 
     /// The keys (among `names`) that this script reads to decide, or may create. On a

@@ -77,6 +77,7 @@ impl Semaphore {
                 self.limit.to_string(),
             ],
         )
+        .creating()
     }
 
     pub fn release(&self, token: &str, keep: Duration) -> ScriptCall {
@@ -91,6 +92,7 @@ impl Semaphore {
                 self.limit.to_string(),
             ],
         )
+        .creating()
     }
 
     pub fn cancel(&self, token: &str) -> ScriptCall {

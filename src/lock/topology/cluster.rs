@@ -130,6 +130,9 @@ struct Route<'a> {
     on_split: OnSplit,
     /// Give ASK replies back instead of following them: `status` reads each key where it is.
     keep_asks: bool,
+    /// What to send behind ASKING instead of the call itself: the call telling the script
+    /// it runs on the node the slot goes to (`ScriptCall::on_importing_node`).
+    when_asking: Option<&'a Pipeline>,
 }
 
 impl Route<'_> {
@@ -138,13 +141,16 @@ impl Route<'_> {
         needs_moved: &[],
         on_split: OnSplit::Wait,
         keep_asks: false,
+        when_asking: None,
     };
 
-    fn of(call: &ScriptCall, on_split: OnSplit) -> Route<'_> {
+    /// `call`, with `when_asking` its pipeline as sent to the node a migrating slot goes to.
+    fn of<'a>(call: &'a ScriptCall, on_split: OnSplit, when_asking: &'a Pipeline) -> Route<'a> {
         Route {
             needs_moved: call.needs_moved(),
             on_split,
             keep_asks: false,
+            when_asking: Some(when_asking),
         }
     }
 }
@@ -345,7 +351,7 @@ impl Cluster {
             };
             let node = self.node(&addr)?;
             let sent = if ask {
-                behind_asking(pipe)
+                behind_asking(route.when_asking.unwrap_or(pipe))
             } else {
                 pipe.clone()
             };
@@ -573,13 +579,25 @@ impl Cluster {
         deadline: Instant,
         on_split: OnSplit,
     ) -> Result<Option<(ScriptReply, Rc<Server>)>, RedisFailure> {
-        let route = Route::of(call, on_split);
+        let importing = call.on_importing_node();
+        let asking = with_wait(importing.evalsha(), ack);
         let mut sent = self
-            .send(&with_wait(call.evalsha(), ack), what, deadline, route)
+            .send(
+                &with_wait(call.evalsha(), ack),
+                what,
+                deadline,
+                Route::of(call, on_split, &asking),
+            )
             .await?;
         if matches!(&sent, Sent::Answer(answer) if is_noscript(answer.replies.first())) {
+            let asking = with_wait(importing.eval(), ack);
             sent = self
-                .send(&with_wait(call.eval(), ack), what, deadline, route)
+                .send(
+                    &with_wait(call.eval(), ack),
+                    what,
+                    deadline,
+                    Route::of(call, on_split, &asking),
+                )
                 .await?;
         }
         let Sent::Answer(answer) = sent else {
@@ -623,7 +641,8 @@ impl Cluster {
         let call = self.protocol.cancel(&token.as_str());
         let mut pipe = redis::pipe();
         pipe.add_command(call.eval()).ignore_errors();
-        let route = Route::of(&call, OnSplit::Wait);
+        // cancel.lua creates nothing: the same call goes behind ASKING.
+        let route = Route::of(&call, OnSplit::Wait, &pipe);
         let _ = self
             .send(&pipe, "release", deadline_in(within), route)
             .await;

@@ -1,10 +1,11 @@
 -- Give back our permit; never touch another holder's.
--- KEYS: lock (zset). ARGV: holders, limit key, release channel; then token, keep ms, limit.
+-- KEYS: lock (zset). ARGV: holders, limit key, release channel; then token, keep ms, limit,
+-- creating (see renew.lua).
 -- keep > 0 (--hold-at-least): the permit stays taken for keep ms more instead.
 -- Returns 1 released, -1 already gone (our lease ended; the permit may be someone else's);
 -- TRYAGAIN (reach.lua).
 -- Only the set decides; keys out of reach (a migration) keep their own TTL, and the limit is
--- never created here (see renew.lua).
+-- written again only where renew.lua would.
 local lock, holders, limit_key, channel = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local token, keep = ARGV[4], tonumber(ARGV[5])
 local kind = type_here(lock)
@@ -34,7 +35,11 @@ if keep > 0 then
   end
   -- The limit lives as long as the permits it governs.
   if here(limit_key) then
-    redis.call('SET', limit_key, ARGV[6], 'PX', left, 'XX')
+    if ARGV[7] == '1' then
+      redis.call('SET', limit_key, ARGV[6], 'PX', left)
+    else
+      redis.call('SET', limit_key, ARGV[6], 'PX', left, 'XX')
+    end
   end
 else
   -- Ours is the last permit: nothing is left to keep the limit for. (Counted before the

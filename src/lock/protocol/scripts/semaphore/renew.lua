@@ -1,10 +1,14 @@
 -- Extend our permit's lease if we still hold it. A lease that already ended stays lost, even
 -- if nobody took the permit since: the command may have run past it.
--- KEYS: lock (zset). ARGV: holders, limit key; then token, ttl ms, limit.
+-- KEYS: lock (zset). ARGV: holders, limit key; then token, ttl ms, limit, creating ('1':
+-- write the limit again if it is missing; '0' on the node a migrating slot goes to, where
+-- the node it leaves may still have it and a key on both would stop the migration;
+-- protocol/mod.rs, ScriptCall::creating).
 -- Returns 1 renewed, 0 not ours (lost); TRYAGAIN (reach.lua).
--- Only the set decides. The limit is only extended, never created: a node that reaches a key
--- the other node of a migration may still have must not create it (cluster.rs), and the
--- limit exists as long as the set anyway. Keys out of reach keep their own TTL.
+-- Only the set decides. The limit lives as long as the set: a limit lost while the set is
+-- held (an eviction, a migration stalled past a lease) would make every new run refuse the
+-- set as not a --limit lock, so it is written again where it may be. Keys out of reach
+-- keep their own TTL.
 local lock, holders, limit_key = KEYS[1], ARGV[1], ARGV[2]
 local kind = type_here(lock)
 if not kind then
@@ -27,6 +31,10 @@ if here(holders) then
   redis.call('PEXPIRE', holders, left)
 end
 if here(limit_key) then
-  redis.call('SET', limit_key, ARGV[5], 'PX', left, 'XX')
+  if ARGV[6] == '1' then
+    redis.call('SET', limit_key, ARGV[5], 'PX', left)
+  else
+    redis.call('SET', limit_key, ARGV[5], 'PX', left, 'XX')
+  end
 end
 return 1
