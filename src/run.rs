@@ -189,9 +189,10 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     };
 
     // The command's process tree (its cgroup and guard) is made while the first attempt is
-    // on its way to Redis: it is needed as soon as the lock is granted.
+    // on its way to Redis: it is needed as soon as the lock is granted. The /proc mode's is
+    // made once the lock is held (see `Tree::ahead`).
     let mut tree = None;
-    let prepare = || tree = Some(Tree::new());
+    let prepare = || tree = Tree::ahead();
     let acquired = acquire(
         cfg,
         &lock,

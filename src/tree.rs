@@ -160,6 +160,22 @@ impl Tree {
         }
     }
 
+    /// The cgroup mode's tree, made ahead of the spawn (while a request to Redis is on its
+    /// way), or `None` where [`Tree::new`] would choose the /proc mode. That mode is made only
+    /// right before the spawn: it makes this process a child subreaper and leaves out the
+    /// children it has at that moment, so made earlier it would adopt, and later stop as the
+    /// command's, processes orphaned meanwhile by a child inherited across `exec`.
+    pub fn ahead() -> Option<Tree> {
+        if no_cgroup_requested(std::env::var_os(NO_CGROUP_ENV)) {
+            return None;
+        }
+        let cgroup = Cgroup::create(false).ok()?;
+        Some(Tree {
+            inner: Inner::Cgroup(cgroup),
+            fallback: None,
+        })
+    }
+
     /// After a spawn failed: whether the child could not join the cgroup (and why). Then
     /// [`Tree::fall_back`] and spawn again.
     pub fn join_error(&self) -> Option<io::Error> {
