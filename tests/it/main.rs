@@ -57,8 +57,6 @@
 //! - `spawn_modes`: the command starts the same born in its cgroup (clone3) or forked and
 //!   joining it (`REDLOCK_NO_CLONE3=1`): signal mask, PATH search, duplicate variables.
 //! - `proxy`: the TCP fault proxy (latency, hold, discard, blackhole, refuse, freeze, reset).
-//! - `review_perf`: adversarial checks of the performance changes (the command's tree made
-//!   beside the first acquire, the release that wakes the head of the queue alone).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -80,7 +78,6 @@ mod queue;
 mod quorum;
 mod redis_errors;
 mod replicas;
-mod review_perf;
 mod secrets;
 mod sentinel;
 mod signals;
