@@ -161,7 +161,14 @@ fn parse_and_run() -> End {
                 warn_about(&cfg.target, &report);
                 let end = runtime.block_on(run::run(&cfg, &report));
                 // The runtime's threads and handlers go before the process ends by a signal.
-                drop(runtime);
+                // An exit takes everything down at once: tearing the runtime down first (its
+                // drivers, the signal pipe, the Redis connection's task) would only add about
+                // 0.1 ms to every run.
+                if end.ending.signal().is_some() {
+                    drop(runtime);
+                } else {
+                    std::mem::forget(runtime);
+                }
                 End {
                     code: end.ending.code(),
                     by_signal: end.ending.signal(),
