@@ -188,11 +188,17 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
         command: cfg.command.display.clone(),
     };
 
-    // The command's process tree (its cgroup and guard) is made while the first attempt is
-    // on its way to Redis: it is needed as soon as the lock is granted. The /proc mode's is
-    // made once the lock is held (see `Tree::ahead`).
+    // A run that waits has the command's process tree (its cgroup and guard) made while its
+    // first attempt is on its way to Redis, so that it is ready when the lock is handed over.
+    // A run that does not wait makes it once the lock is granted: on a busy lock (the other
+    // hosts of a cron job) it would be made and removed for nothing. The /proc mode's is
+    // always made once the lock is held (see `Tree::ahead`).
     let mut tree = None;
-    let prepare = || tree = Tree::ahead();
+    let prepare = || {
+        if waits {
+            tree = Tree::ahead();
+        }
+    };
     let acquired = acquire(
         cfg,
         &lock,

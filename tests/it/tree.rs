@@ -162,9 +162,10 @@ fn guard_of(pid: i32) -> Option<i32> {
         })
 }
 
-/// The command's cgroup and guard are made while the first attempt is on its way (they are
-/// ready when the lock is granted). A run that finds the lock busy removes them on its way
-/// out, and a waiter keeps them while it waits; killed there, its guard removes the cgroup.
+/// A run that waits has the command's cgroup and guard made while its first attempt is on its
+/// way (ready when the lock is handed over), keeps them while it waits, and, killed there,
+/// its guard removes the cgroup. A run that does not wait makes none before the grant: one
+/// that finds the lock busy leaves no cgroup behind and forks no guard.
 #[test]
 fn runs_that_never_hold_the_lock_leave_no_cgroup_and_no_guard() {
     let redis = RedisServer::start();
@@ -178,6 +179,38 @@ fn runs_that_never_hold_the_lock_leave_no_cgroup_and_no_guard() {
     let pid = busy.pid;
     let out = busy.wait(secs(20));
     out.expect_code(75);
+    // Under strace where it is installed: no mkdir (a cgroup) and no fork (a guard) at all.
+    let trace_dir = scratch();
+    let trace = trace_dir.path().join("trace");
+    let traced = std::process::Command::new("timeout")
+        .args([
+            "20",
+            "strace",
+            "-f",
+            "-e",
+            "trace=clone,clone3,fork,vfork,mkdir",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(wrapper_bin())
+        .args(["--redis", &redis.url(), "--key", "k", "--", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match traced {
+        Ok(status) if status.code() == Some(75) => {
+            let trace = std::fs::read_to_string(&trace).unwrap_or_default();
+            let forked = trace.lines().any(|l| {
+                (l.contains("clone(") || l.contains("clone3(")) && !l.contains("CLONE_THREAD")
+            });
+            assert!(
+                !trace.contains("mkdir(") && !forked,
+                "a run without --wait that found the lock busy made a cgroup or forked:\n{trace}"
+            );
+        }
+        other => eprintln!("SKIPPED the strace check (strace missing or failed: {other:?})"),
+    }
     assert!(
         cgroups_of(pid).is_empty(),
         "a busy run left its cgroup behind: {:?}\n{out}",
