@@ -23,10 +23,12 @@ static ACQUIRE: Lua = Lua::new(concat!(
 ));
 static RENEW: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
+    include_str!("scripts/semaphore/permits.lua"),
     include_str!("scripts/semaphore/renew.lua")
 ));
 static RELEASE: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
+    include_str!("scripts/semaphore/permits.lua"),
     include_str!("scripts/semaphore/release.lua")
 ));
 static CANCEL: Lua = Lua::new(concat!(

@@ -27,20 +27,7 @@ if holders_kind and holders_kind ~= 'none' and holders_kind ~= 'hash' then
 end
 if keep > 0 then
   redis.call('ZADD', lock, 'XX', string.format('%.0f', now_ms + keep), token)
-  local longest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
-  local left = math.max(tonumber(longest[2]) - now_ms, 1)
-  redis.call('PEXPIRE', lock, left)
-  if holders_kind then
-    redis.call('PEXPIRE', holders, left)
-  end
-  -- The limit lives as long as the permits it governs.
-  if here(limit_key) then
-    if ARGV[7] == '1' then
-      redis.call('SET', limit_key, ARGV[6], 'PX', left)
-    else
-      redis.call('SET', limit_key, ARGV[6], 'PX', left, 'XX')
-    end
-  end
+  keep_for_longest_lease(lock, holders, limit_key, ARGV[6], now_ms, ARGV[7])
 else
   -- Ours is the last permit: nothing is left to keep the limit for. (Counted before the
   -- set goes, which on the node a migrating slot leaves ends its reach.)

@@ -24,17 +24,5 @@ if not score or tonumber(score) <= now_ms then
   return 0
 end
 redis.call('ZADD', lock, 'XX', string.format('%.0f', now_ms + tonumber(ARGV[4])), ARGV[3])
-local longest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
-local left = math.max(tonumber(longest[2]) - now_ms, 1)
-redis.call('PEXPIRE', lock, left)
-if here(holders) then
-  redis.call('PEXPIRE', holders, left)
-end
-if here(limit_key) then
-  if ARGV[6] == '1' then
-    redis.call('SET', limit_key, ARGV[5], 'PX', left)
-  else
-    redis.call('SET', limit_key, ARGV[5], 'PX', left, 'XX')
-  end
-end
+keep_for_longest_lease(lock, holders, limit_key, ARGV[5], now_ms, ARGV[6])
 return 1
