@@ -124,7 +124,7 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -s E -l conflic
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l grace -x -d 'SIGTERM to SIGKILL when the command must stop [default: 10s, at most ttl/3]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l max-runtime -x -d 'Stop the command after DUR (SIGTERM, SIGKILL after --grace) and exit 124'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l hold-at-least -x -d 'Keep the lock DUR after the acquire even if the command ends sooner (cron on hosts with skewed clocks)'
-complete -c redlock-run -n '__fish_redlock_run_in options value' -l min-replicas -x -d 'Replicas that must acknowledge the acquire and each renewal (Redis WAIT)'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l min-replicas -x -d 'Replicas that must acknowledge the acquire and each renewal (Redis WAIT); with Sentinel also every replica the sentinels could promote'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l replica-timeout -x -d 'How long to wait for --min-replicas acknowledgements'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s c -l command -x -d 'Run SHELL_STRING with /bin/sh -c instead of a COMMAND after --'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s q -l quiet -d 'Print nothing for a busy lock'

@@ -270,7 +270,8 @@ pub struct RunArgs {
           help_heading = "Lease")]
     pub hold_at_least: Option<Duration>,
 
-    /// Replicas that must acknowledge the acquire and each renewal (Redis WAIT).
+    /// Replicas that must acknowledge the acquire and each renewal (Redis WAIT); with Sentinel
+    /// also every replica the sentinels could promote.
     #[arg(
         long,
         help_heading = "Lease",

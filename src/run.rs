@@ -307,6 +307,8 @@ async fn acquire<L: Lock>(
     let mut subscribed = false;
     // When the last "waiting" line went to a log (stderr not a terminal).
     let mut last_logged: Option<Stamp> = None;
+    // Whether a failure was already retried (and said so).
+    let mut retried = false;
     let result = loop {
         // Never cancelled by a signal: the backend must see its attempt through (and take
         // back a write whose reply was lost). A signal is looked at after the reply.
@@ -408,7 +410,16 @@ async fn acquire<L: Lock>(
                 }
             }
             Err(e) if e.is_transient() && left.is_some() => {
-                report.info("retry", format_args!("{e}; retrying"));
+                // A failover under way, a replica not yet back: the first such failure of
+                // a wait is said even without -v, so that a log tells why the run waits.
+                let line = format!("{e}; retrying until --wait runs out");
+                if retried {
+                    report.info("retry", &line);
+                } else {
+                    report.notice("retry", &line);
+                    retried = true;
+                }
+                report.waiting(&line);
                 let nap = RENEW_RETRY
                     .max(backoff.pause())
                     .min(left.unwrap_or_default());

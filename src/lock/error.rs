@@ -129,6 +129,23 @@ impl RedisFailure {
         self
     }
 
+    /// Replicas that Sentinel could promote (`missing`, as `host:port`) did not acknowledge
+    /// the write on `key` within `timeout`.
+    pub fn unconfirmed(server: &str, key: &str, missing: &[String], timeout: &str) -> Self {
+        let which = match missing {
+            [one] => format!("replica {one}"),
+            many => format!("replicas {}", many.join(", ")),
+        };
+        RedisFailure {
+            kind: FailureKind::Replicas,
+            server: server.to_owned(),
+            detail: format!(
+                "{which}, which the sentinels could promote, did not acknowledge the lock {key} within {timeout} (a grant a promoted replica lacks could be taken twice)"
+            ),
+            maybe_sent: true,
+        }
+    }
+
     /// A reply of a shape the scripts never give, to `what`.
     pub fn unexpected_reply(server: &str, what: &str, reply: &redis::Value) -> Self {
         Self::unexpected(server, format!("unexpected reply to {what}: {reply:?}"))
@@ -170,9 +187,10 @@ impl RedisFailure {
         self.maybe_sent
     }
 
-    /// Worth another try after a pause.
+    /// Worth another try after a pause: the server may answer, and replicas acknowledge,
+    /// again (a failover under way).
     pub fn is_transient(&self) -> bool {
-        self.kind == FailureKind::Unreachable
+        matches!(self.kind, FailureKind::Unreachable | FailureKind::Replicas)
     }
 }
 

@@ -17,6 +17,12 @@
 //!   master) instead of giving up. With `--min-replicas`, too few acknowledgements drop the
 //!   server too: after a failover the old master, still up, keeps taking writes for seconds
 //!   until the sentinels demote it, but its replicas have already left it.
+//! - **Acknowledged by every replica that could be promoted.** With `--min-replicas`, a
+//!   grant or renewal counts only if each replica the sentinels list, do not see as down and
+//!   would promote has its write (`ROLE` offsets around a `WAIT`, `Server::script_confirmed`),
+//!   besides the count asked for. A count alone lets an old master that still takes writes
+//!   during a failover grant a lock acknowledged by a replica that is about to be resynced
+//!   from the promoted one, which never saw it.
 //! - **Asked again every second.** Before a call on a master named more than a second ago,
 //!   the sentinels are asked (within a quarter of the call's bound) whether they still name
 //!   it; if they name another, that one is used. An old master that stays up through a
@@ -38,7 +44,7 @@ use std::time::Duration;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, Value};
 use tokio::time::Instant;
 
-use super::server::{deadline_in, ScriptReply, Server};
+use super::server::{deadline_in, parse_master_role, text, ScriptReply, Server};
 use super::single::{protocol_for, Node, Single};
 use crate::config::{Target, Tls};
 use crate::lock::protocol::ScriptCall;
@@ -60,8 +66,16 @@ pub async fn open(
         shown: target.redis_shown.clone(),
         master: RefCell::new(None),
         first: Cell::new(0),
+        heard: Cell::new(false),
     };
-    node.master(deadline_in(within)).await?;
+    match node.master(deadline_in(within)).await {
+        Ok(_) => {}
+        // The sentinels answer, but the master they name cannot be used yet (a failover
+        // under way): a run that waits tries again within --wait; one that does not gets the
+        // same failure from its first attempt.
+        Err(e) if e.is_transient() && node.heard.get() => {}
+        Err(e) => return Err(e),
+    }
     Ok(Single::on(node, protocol, ack, target))
 }
 
@@ -75,6 +89,9 @@ pub struct Sentinel {
     master: RefCell<Option<InUse>>,
     /// The sentinel that answered last, asked first next time.
     first: Cell<usize>,
+    /// Some sentinel answered since the lock was opened: the sentinels are there, whatever
+    /// the master they name is doing (a failover under way).
+    heard: Cell<bool>,
 }
 
 /// How long a master is used without asking the sentinels whether they still name it
@@ -85,30 +102,50 @@ const RECHECK: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 struct InUse {
     server: Rc<Server>,
-    /// Its address as the sentinels named it.
-    addr: (String, u16),
+    /// Its address and replicas as the sentinels named them.
+    named: Named,
     /// When a sentinel last named it.
-    named: Instant,
+    at: Instant,
+    /// Replicas connected to it at the last look (ROLE): a WAIT waits for all of them, so
+    /// that it does not return before the ones that must have the write do.
+    connected: u32,
+}
+
+/// A master as one sentinel names it.
+#[derive(Clone)]
+struct Named {
+    addr: (String, u16),
+    /// The replicas the sentinels could promote in a failover: every replica they list that
+    /// they do not see as down or disconnected and whose priority is not 0 (Sentinel's own
+    /// rules for choosing one). With `--min-replicas` each of them must acknowledge every
+    /// grant and renewal; `Err` says why the sentinel could not list them.
+    promotable: Result<Vec<(String, u16)>, String>,
 }
 
 impl Sentinel {
     /// The master in use, or a new one from the sentinels, by `deadline`.
     async fn master(&self, deadline: Instant) -> Result<Rc<Server>, RedisFailure> {
+        Ok(self.in_use(deadline).await?.server)
+    }
+
+    /// The master in use and what the sentinels said of it, or a new one, by `deadline`.
+    async fn in_use(&self, deadline: Instant) -> Result<InUse, RedisFailure> {
         let in_use = self.master.borrow().clone();
         if let Some(in_use) = in_use {
-            if in_use.named.elapsed() < RECHECK || self.still_named(&in_use, deadline).await {
-                return Ok(in_use.server);
+            if in_use.at.elapsed() < RECHECK || self.still_named(&in_use, deadline).await {
+                return Ok(self.master.borrow().clone().unwrap_or(in_use));
             }
             self.master.borrow_mut().take();
         }
-        let (server, addr) = self.discover(deadline).await?;
-        let server = Rc::new(server);
-        *self.master.borrow_mut() = Some(InUse {
-            server: server.clone(),
-            addr,
-            named: Instant::now(),
-        });
-        Ok(server)
+        let (server, named, connected) = self.discover(deadline).await?;
+        let in_use = InUse {
+            server: Rc::new(server),
+            named,
+            at: Instant::now(),
+            connected,
+        };
+        *self.master.borrow_mut() = Some(in_use.clone());
+        Ok(in_use)
     }
 
     /// Whether the sentinels still name `in_use` (also when none answers in a quarter of the
@@ -125,11 +162,13 @@ impl Sentinel {
             let share_end = deadline_in(share).min(until);
             let asked = self.ask_sentinel(host, *port, share_end);
             if let Ok(Ok(Some(named))) = tokio::time::timeout_at(share_end, asked).await {
-                if named != in_use.addr {
+                if named.addr != in_use.named.addr {
                     return false;
                 }
                 if let Some(in_use) = self.master.borrow_mut().as_mut() {
-                    in_use.named = Instant::now();
+                    in_use.at = Instant::now();
+                    // The replicas too: one may have come back, gone down or been promoted.
+                    in_use.named = named;
                 }
                 return true;
             }
@@ -138,7 +177,7 @@ impl Sentinel {
     }
 
     /// Ask the sentinels in turn until one names a server that says it is the master.
-    async fn discover(&self, deadline: Instant) -> Result<(Server, (String, u16)), RedisFailure> {
+    async fn discover(&self, deadline: Instant) -> Result<(Server, Named, u32), RedisFailure> {
         let count = self.spec.sentinels.len();
         let mut failures = Vec::new();
         // Addresses already found wanting in this round: not tried again.
@@ -171,14 +210,15 @@ impl Sentinel {
     }
 
     /// Ask the sentinel at `host:port` for the master, and check what it names: a server
-    /// that said ROLE master, or why this sentinel gave none.
+    /// that said ROLE master (with the number of replicas connected to it), or why this
+    /// sentinel gave none.
     async fn ask(
         &self,
         host: &str,
         port: u16,
         tried: &mut Vec<(String, u16)>,
         until: Instant,
-    ) -> Result<(Server, (String, u16)), RedisFailure> {
+    ) -> Result<(Server, Named, u32), RedisFailure> {
         let sentinel = format!("sentinel {}", addr(host, port));
         let Some(named) = self.ask_sentinel(host, port, until).await? else {
             return Err(RedisFailure::unexpected(
@@ -186,30 +226,32 @@ impl Sentinel {
                 format!("does not know a master named '{}'", self.spec.master),
             ));
         };
-        if tried.contains(&named) {
+        let (host, port) = named.addr.clone();
+        if tried.contains(&named.addr) {
             return Err(unreachable(
                 &sentinel,
-                &format!("names {} again", addr(&named.0, named.1)),
+                &format!("names {} again", addr(&host, port)),
             ));
         }
-        tried.push(named.clone());
-        let server = self.data_node(&named.0, named.1)?;
-        if !is_master(&server, until).await? {
+        tried.push(named.addr.clone());
+        let server = self.data_node(&host, port)?;
+        let Some(connected) = master_role(&server, until).await? else {
             return Err(unreachable(
                 server.shown(),
                 &format!("{sentinel} names it, but it is not a master (ROLE)"),
             ));
-        }
-        Ok((server, named))
+        };
+        Ok((server, named, connected))
     }
 
-    /// `SENTINEL GET-MASTER-ADDR-BY-NAME` on one sentinel: `None` if it knows no such master.
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME` and `SENTINEL REPLICAS` on one sentinel: `None` if
+    /// it knows no such master.
     async fn ask_sentinel(
         &self,
         host: &str,
         port: u16,
         until: Instant,
-    ) -> Result<Option<(String, u16)>, RedisFailure> {
+    ) -> Result<Option<Named>, RedisFailure> {
         let shown = format!("sentinel {}", addr(host, port));
         let failure = |e: redis::RedisError| {
             let f = RedisFailure::from_redis(&e, &shown).not_sent();
@@ -233,36 +275,39 @@ impl Sentinel {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(failure)?;
-        let reply: Value = redis::cmd("SENTINEL")
+        let mut pipe = redis::pipe();
+        pipe.cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
-            .arg(&self.spec.master)
-            .query_async(&mut conn)
-            .await
-            .map_err(failure)?;
-        match reply {
-            Value::Nil => Ok(None),
+            .arg(&self.spec.master);
+        pipe.cmd("SENTINEL").arg("REPLICAS").arg(&self.spec.master);
+        pipe.ignore_errors();
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(failure)?;
+        self.heard.set(true);
+        let mut replies = replies.into_iter();
+        let unexpected = |what: &str, reply: &dyn std::fmt::Debug| {
+            RedisFailure::unexpected(&shown, format!("unexpected reply to {what}: {reply:?}"))
+        };
+        let addr = match replies.next().unwrap_or(Value::Nil) {
+            Value::Nil => return Ok(None),
+            Value::ServerError(e) => return Err(failure(e.into())),
             Value::Array(parts) => match parts.as_slice() {
-                [host, port] => {
-                    let host = text(host);
-                    let port = text(port).and_then(|p| p.parse::<u16>().ok());
-                    match (host, port) {
-                        (Some(host), Some(port)) => Ok(Some((host, port))),
-                        _ => Err(RedisFailure::unexpected(
-                            &shown,
-                            format!("unexpected reply to GET-MASTER-ADDR-BY-NAME: {parts:?}"),
-                        )),
-                    }
-                }
-                _ => Err(RedisFailure::unexpected(
-                    &shown,
-                    format!("unexpected reply to GET-MASTER-ADDR-BY-NAME: {parts:?}"),
-                )),
+                [host, port] => match (text(host), text(port).and_then(|p| p.parse().ok())) {
+                    (Some(host), Some(port)) => (host, port),
+                    _ => return Err(unexpected("GET-MASTER-ADDR-BY-NAME", &parts)),
+                },
+                _ => return Err(unexpected("GET-MASTER-ADDR-BY-NAME", &parts)),
             },
-            other => Err(RedisFailure::unexpected(
-                &shown,
-                format!("unexpected reply to GET-MASTER-ADDR-BY-NAME: {other:?}"),
+            other => return Err(unexpected("GET-MASTER-ADDR-BY-NAME", &other)),
+        };
+        let promotable = match replies.next().unwrap_or(Value::Nil) {
+            Value::ServerError(e) => Err(format!(
+                "{shown}: SENTINEL REPLICAS: {}",
+                redis::RedisError::from(e)
             )),
-        }
+            reply => promotable(&reply)
+                .ok_or_else(|| format!("{shown}: unexpected reply to SENTINEL REPLICAS")),
+        };
+        Ok(Some(Named { addr, promotable }))
     }
 
     /// A server for the data node at `host:port`, with the URL's login, database and TLS.
@@ -344,16 +389,60 @@ impl Node for Sentinel {
         within: Duration,
     ) -> Result<ScriptReply, RedisFailure> {
         let deadline = deadline_in(within);
-        let server = self.after(self.master(deadline).await)?;
+        let in_use = self.after(self.in_use(deadline).await)?;
         let left = deadline.saturating_duration_since(Instant::now());
-        let reply = self.after(server.script(call, ack, what, left).await)?;
-        if ack.is_some_and(|a| reply.acked.unwrap_or(0) < a.replicas) {
+        let Some(ack) = ack else {
+            return self.after(in_use.server.script(call, None, what, left).await);
+        };
+        let promotable = match &in_use.named.promotable {
+            Ok(promotable) => promotable.clone(),
+            Err(why) => {
+                self.master.borrow_mut().take();
+                return Err(unreachable(
+                    in_use.server.shown(),
+                    &format!("cannot tell which replicas must acknowledge ({why})"),
+                ));
+            }
+        };
+        // Every replica the sentinels could promote must have the write, not just some
+        // number of replicas: a grant acknowledged only by a replica that is then resynced
+        // from another new master is lost, and a second holder can take the lock there.
+        // The WAIT waits for every replica connected now (at least --min-replicas and every
+        // promotable one), so that it does not return before those that must have it do.
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let wanted = ReplicaAck {
+            replicas: ack
+                .replicas
+                .max(count(promotable.len()))
+                .max(in_use.connected),
+            timeout: ack.timeout,
+        };
+        let confirmed = self.after(
+            in_use
+                .server
+                .script_confirmed(call, wanted, what, left)
+                .await,
+        )?;
+        if let Some(master) = self.master.borrow_mut().as_mut() {
+            master.connected = confirmed.connected;
+        }
+        let unconfirmed: Vec<String> = promotable
+            .iter()
+            .filter(|replica| !confirmed.have_it.contains(replica))
+            .map(|(host, port)| addr(host, *port))
+            .collect();
+        let acked = count(confirmed.have_it.len());
+        if acked < ack.replicas || !unconfirmed.is_empty() {
             // Too few replicas: this master may have lost them to a failover (the sentinels
-            // moved them to a new master while this one still takes writes). `Single`
-            // refuses the write; the next call asks the sentinels again.
+            // moved them to a new master, or promoted one, while this one still takes
+            // writes). `Single` refuses the write; the next call asks the sentinels again.
             self.master.borrow_mut().take();
         }
-        Ok(reply)
+        Ok(ScriptReply {
+            value: confirmed.value,
+            acked: Some(acked),
+            unconfirmed,
+        })
     }
 
     async fn eval(
@@ -388,16 +477,27 @@ impl Node for Sentinel {
     }
 }
 
-/// Whether `server` says it is a master. A user whose ACL does not allow ROLE is taken at the
-/// sentinel's word: a demoted master still refuses the lock's writes with READONLY.
-async fn is_master(server: &Server, until: Instant) -> Result<bool, RedisFailure> {
+/// Whether `server` says it is a master, and then how many replicas are connected to it:
+/// `None` if it is not a master. A user whose ACL does not allow ROLE is taken at the
+/// sentinel's word (a demoted master still refuses the lock's writes with READONLY), with no
+/// replica counted.
+async fn master_role(server: &Server, until: Instant) -> Result<Option<u32>, RedisFailure> {
     let mut pipe = redis::pipe();
     pipe.cmd("ROLE").ignore_errors();
     let left = until.saturating_duration_since(Instant::now());
     let replies = server.query(&pipe, "ROLE", left).await?;
     match replies.first() {
-        Some(Value::Array(role)) => Ok(role.first().and_then(text).as_deref() == Some("master")),
-        Some(Value::ServerError(e)) if e.code() == "NOPERM" => Ok(true),
+        Some(Value::Array(role)) if role.first().and_then(text).as_deref() != Some("master") => {
+            Ok(None)
+        }
+        Some(reply @ Value::Array(_)) => match parse_master_role(reply) {
+            Some(role) => Ok(Some(u32::try_from(role.replicas.len()).unwrap_or(u32::MAX))),
+            None => Err(RedisFailure::unexpected(
+                server.shown(),
+                format!("unexpected reply to ROLE: {reply:?}"),
+            )),
+        },
+        Some(Value::ServerError(e)) if e.code() == "NOPERM" => Ok(Some(0)),
         Some(Value::ServerError(e)) => {
             Err(RedisFailure::from_redis(&e.clone().into(), server.shown()))
         }
@@ -408,20 +508,50 @@ async fn is_master(server: &Server, until: Instant) -> Result<bool, RedisFailure
     }
 }
 
+/// The replicas in a `SENTINEL REPLICAS` reply that Sentinel could promote: not flagged
+/// down or disconnected, priority not 0. `None` for a reply of another shape.
+fn promotable(reply: &Value) -> Option<Vec<(String, u16)>> {
+    let Value::Array(replicas) = reply else {
+        return None;
+    };
+    let mut out = Vec::new();
+    for replica in replicas {
+        let fields: Vec<(String, String)> = match replica {
+            Value::Array(flat) => flat
+                .chunks(2)
+                .filter_map(|pair| Some((text(pair.first()?)?, text(pair.get(1)?)?)))
+                .collect(),
+            Value::Map(pairs) => pairs
+                .iter()
+                .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+                .collect(),
+            _ => return None,
+        };
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let ip = field("ip")?;
+        let port = field("port")?.parse().ok()?;
+        let flags = field("flags").unwrap_or("");
+        let down = flags
+            .split(',')
+            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"));
+        let never = field("slave-priority").or(field("replica-priority")) == Some("0");
+        if !down && !never {
+            out.push((ip.to_owned(), port));
+        }
+    }
+    Some(out)
+}
+
 /// A transient failure of `server`, in words: worth asking the sentinels again.
 fn unreachable(server: &str, detail: &str) -> RedisFailure {
     let mut failure = RedisFailure::unexpected(server, detail).not_sent();
     failure.kind = FailureKind::Unreachable;
     failure
-}
-
-/// A bulk or simple string reply as text.
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    }
 }
 
 /// `host:port`, with IPv6 addresses in brackets.
@@ -430,5 +560,74 @@ fn addr(host: &str, port: u16) -> String {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(fields: &[(&str, &str)]) -> Value {
+        Value::Array(
+            fields
+                .iter()
+                .flat_map(|(k, v)| {
+                    [
+                        Value::BulkString(k.as_bytes().to_vec()),
+                        Value::BulkString(v.as_bytes().to_vec()),
+                    ]
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn promotable_replicas_are_up_and_of_nonzero_priority() {
+        let reply = Value::Array(vec![
+            replica(&[
+                ("name", "127.0.0.1:7001"),
+                ("ip", "127.0.0.1"),
+                ("port", "7001"),
+                ("flags", "slave"),
+                ("slave-priority", "100"),
+            ]),
+            replica(&[
+                ("ip", "127.0.0.1"),
+                ("port", "7002"),
+                ("flags", "s_down,slave"),
+                ("slave-priority", "100"),
+            ]),
+            replica(&[
+                ("ip", "127.0.0.1"),
+                ("port", "7003"),
+                ("flags", "slave,disconnected"),
+                ("slave-priority", "100"),
+            ]),
+            replica(&[
+                ("ip", "127.0.0.1"),
+                ("port", "7004"),
+                ("flags", "slave"),
+                ("slave-priority", "0"),
+            ]),
+            replica(&[
+                ("ip", "10.0.0.5"),
+                ("port", "7005"),
+                ("flags", "slave,promoted"),
+                ("slave-priority", "1"),
+            ]),
+        ]);
+        assert_eq!(
+            promotable(&reply),
+            Some(vec![
+                ("127.0.0.1".to_owned(), 7001),
+                ("10.0.0.5".to_owned(), 7005)
+            ])
+        );
+        assert_eq!(promotable(&Value::Array(vec![])), Some(vec![]));
+        assert_eq!(promotable(&Value::Nil), None);
+        assert_eq!(
+            promotable(&Value::Array(vec![replica(&[("ip", "127.0.0.1")])])),
+            None
+        );
     }
 }

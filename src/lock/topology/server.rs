@@ -56,6 +56,19 @@ const CLIENT_CERT_HINT: &str =
 pub struct ScriptReply {
     pub value: Value,
     pub acked: Option<u32>,
+    /// Replicas (`host:port`) that had to acknowledge the write by name and did not: those
+    /// that could be promoted in a failover (Sentinel). Empty where only a count is asked.
+    pub unconfirmed: Vec<String>,
+}
+
+/// A script's reply, with the replicas known to have its write.
+pub struct Confirmed {
+    pub value: Value,
+    /// Replicas whose acknowledged replication offset covers the write, as the master lists
+    /// them (`ROLE`: announced IP and listening port).
+    pub have_it: Vec<(String, u16)>,
+    /// Replicas connected to the master after the wait.
+    pub connected: u32,
 }
 
 impl Server {
@@ -208,6 +221,50 @@ impl Server {
         script_reply(replies, ack, &self.shown)
     }
 
+    /// Run `call` with a WAIT for `ack.replicas` behind it, and say which replicas have its
+    /// write: `ROLE` right after the script gives the master's replication offset, which
+    /// covers the script's write (a client's pipelined commands run one after the other, so
+    /// nothing else is written in between), and `ROLE` after the WAIT gives each connected
+    /// replica's acknowledged offset. WAIT alone only counts, and a replica that can no
+    /// longer be promoted (or one the sentinels do not know) counts as much as the one that
+    /// will be.
+    pub async fn script_confirmed(
+        &self,
+        call: &ScriptCall,
+        ack: ReplicaAck,
+        what: &str,
+        within: Duration,
+    ) -> Result<Confirmed, RedisFailure> {
+        let deadline = deadline_in(within);
+        let mut replies = self
+            .query_until(&confirmed(call.evalsha(), ack), what, deadline)
+            .await?;
+        if is_noscript(replies.first()) {
+            replies = self
+                .query_until(&confirmed(call.eval(), ack), what, deadline)
+                .await?;
+        }
+        let mut replies = replies.into_iter();
+        let value = replies.next().unwrap_or(Value::Nil);
+        if let Value::ServerError(err) = value {
+            return Err(RedisFailure::from_redis(&err.into(), &self.shown));
+        }
+        let before = role(replies.next(), &self.shown)?;
+        let _wait = replies.next();
+        let after = role(replies.next(), &self.shown)?;
+        let have_it = after
+            .replicas
+            .iter()
+            .filter(|(_, offset)| *offset >= before.offset)
+            .map(|(addr, _)| addr.clone())
+            .collect();
+        Ok(Confirmed {
+            value,
+            have_it,
+            connected: u32::try_from(after.replicas.len()).unwrap_or(u32::MAX),
+        })
+    }
+
     /// Run `call` as EVAL at once, without a WAIT: for a write that must take effect even
     /// if no reply ever comes back (taking back an acquire whose reply was lost), where an
     /// EVALSHA could meet NOSCRIPT and never get to the EVAL.
@@ -271,6 +328,99 @@ pub fn deadline_in(within: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
+/// What `ROLE` says of a master: its replication offset and each connected replica's
+/// acknowledged offset.
+pub struct MasterRole {
+    pub offset: u64,
+    pub replicas: Vec<((String, u16), u64)>,
+}
+
+/// `ROLE`'s reply, which must say `master`. A user whose ACL does not allow ROLE cannot have
+/// its replicas checked by name.
+fn role(reply: Option<Value>, shown: &str) -> Result<MasterRole, RedisFailure> {
+    let reply = reply.unwrap_or(Value::Nil);
+    if let Value::ServerError(err) = &reply {
+        let failure = RedisFailure::from_redis(&err.clone().into(), shown);
+        return Err(if err.code() == "NOPERM" {
+            failure.with_hint(
+                " (with Sentinel, --min-replicas checks with ROLE which replicas have each write: allow the user +role)",
+            )
+        } else {
+            failure
+        });
+    }
+    parse_master_role(&reply).ok_or_else(|| {
+        let mut failure = RedisFailure::unexpected_reply(shown, "ROLE", &reply).not_sent();
+        if matches!(&reply, Value::Array(parts) if parts.first().and_then(text).as_deref() != Some("master"))
+        {
+            // Demoted since it was named: worth asking the sentinels again.
+            failure.kind = crate::lock::FailureKind::Unreachable;
+        }
+        failure
+    })
+}
+
+/// `["master", offset, [[ip, port, offset], ...]]`, or `None` for any other shape (a replica).
+pub fn parse_master_role(reply: &Value) -> Option<MasterRole> {
+    let Value::Array(parts) = reply else {
+        return None;
+    };
+    let [kind, offset, replicas] = parts.as_slice() else {
+        return None;
+    };
+    if text(kind)? != "master" {
+        return None;
+    }
+    let Value::Array(replicas) = replicas else {
+        return None;
+    };
+    let replicas = replicas
+        .iter()
+        .map(|replica| match replica {
+            Value::Array(fields) => match fields.as_slice() {
+                [ip, port, offset] => {
+                    Some(((text(ip)?, text(port)?.parse().ok()?), number(offset)?))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(MasterRole {
+        offset: number(offset)?,
+        replicas,
+    })
+}
+
+/// A bulk or simple string reply as text.
+pub fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// An integer reply, or a string that holds one (ROLE gives replica offsets as strings).
+fn number(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        other => text(other)?.parse().ok(),
+    }
+}
+
+/// The script, `ROLE`, a WAIT for `ack` and `ROLE` again, in one pipeline (see
+/// `Server::script_confirmed`).
+fn confirmed(cmd: redis::Cmd, ack: ReplicaAck) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd);
+    pipe.cmd("ROLE");
+    pipe.add_command(wait(ack));
+    pipe.cmd("ROLE");
+    pipe.ignore_errors();
+    pipe
+}
+
 /// Drops the server's connection when a call is dropped before it finished.
 struct ForgetOnDrop<'a>(Option<&'a Server>);
 
@@ -292,13 +442,20 @@ pub fn with_wait(cmd: redis::Cmd, ack: Option<ReplicaAck>) -> Pipeline {
     let mut pipe = redis::pipe();
     pipe.add_command(cmd);
     if let Some(ack) = ack {
-        let ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX);
-        // WAIT 0 would mean "wait for ever": never send it.
-        pipe.cmd("WAIT").arg(ack.replicas).arg(ms.max(1));
+        pipe.add_command(wait(ack));
     }
     // Error replies come back as values, so NOSCRIPT can be told from other errors.
     pipe.ignore_errors();
     pipe
+}
+
+/// `WAIT` for `ack`.
+fn wait(ack: ReplicaAck) -> redis::Cmd {
+    let ms = u64::try_from(ack.timeout.as_millis()).unwrap_or(u64::MAX);
+    // WAIT 0 would mean "wait for ever": never send it.
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(ack.replicas).arg(ms.max(1));
+    cmd
 }
 
 pub fn is_noscript(reply: Option<&Value>) -> bool {
@@ -330,7 +487,11 @@ pub fn script_reply(
             ))
         }
     };
-    Ok(ScriptReply { value, acked })
+    Ok(ScriptReply {
+        value,
+        acked,
+        unconfirmed: Vec::new(),
+    })
 }
 
 /// The first error reply among `replies`, as a failure.
@@ -339,4 +500,57 @@ pub fn first_error(replies: &[Value], shown: &str) -> Option<RedisFailure> {
         Value::ServerError(err) => Some(RedisFailure::from_redis(&err.clone().into(), shown)),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn reads_a_master_role_with_its_replicas() {
+        let reply = Value::Array(vec![
+            bulk("master"),
+            Value::Int(3129659),
+            Value::Array(vec![
+                Value::Array(vec![bulk("127.0.0.1"), bulk("9001"), bulk("3129242")]),
+                Value::Array(vec![bulk("::1"), bulk("9002"), bulk("3129543")]),
+            ]),
+        ]);
+        let role = parse_master_role(&reply).expect("a master");
+        assert_eq!(role.offset, 3129659);
+        assert_eq!(
+            role.replicas,
+            vec![
+                (("127.0.0.1".to_owned(), 9001), 3129242),
+                (("::1".to_owned(), 9002), 3129543)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_replica_or_an_odd_reply_is_no_master_role() {
+        let replica = Value::Array(vec![
+            bulk("slave"),
+            bulk("127.0.0.1"),
+            Value::Int(9000),
+            bulk("connected"),
+            Value::Int(3167038),
+        ]);
+        assert!(parse_master_role(&replica).is_none());
+        let bad_port = Value::Array(vec![
+            bulk("master"),
+            Value::Int(1),
+            Value::Array(vec![Value::Array(vec![
+                bulk("127.0.0.1"),
+                bulk("x"),
+                bulk("1"),
+            ])]),
+        ]);
+        assert!(parse_master_role(&bad_port).is_none());
+        assert!(parse_master_role(&Value::Nil).is_none());
+    }
 }

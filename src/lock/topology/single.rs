@@ -158,8 +158,19 @@ impl<N: Node> Single<N> {
         let _ = self.server.eval(&call, "release", within).await;
     }
 
-    fn check_acks(&self, acked: Option<u32>) -> Result<(), RedisFailure> {
-        RedisFailure::check_acks(self.server.shown(), self.name(), self.ack, acked)
+    /// With `--min-replicas`: enough replicas, and every one that had to by name (those
+    /// Sentinel could promote), acknowledged the write.
+    fn check_acks(&self, reply: &ScriptReply) -> Result<(), RedisFailure> {
+        RedisFailure::check_acks(self.server.shown(), self.name(), self.ack, reply.acked)?;
+        match (self.ack, reply.unconfirmed.as_slice()) {
+            (Some(ack), missing @ [_, ..]) => Err(RedisFailure::unconfirmed(
+                self.server.shown(),
+                self.name(),
+                missing,
+                &humantime::format_duration(ack.timeout).to_string(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn unexpected(&self, what: &str, reply: &redis::Value) -> RedisFailure {
@@ -192,7 +203,7 @@ impl<N: Node> Lock for Single<N> {
                 .await?;
             match mutex::parse_acquire(&reply.value) {
                 Some(AcquireReply::Granted { fence }) => {
-                    self.check_acks(reply.acked)?;
+                    self.check_acks(&reply)?;
                     Ok(Attempt::Granted(Grant {
                         fence,
                         counted_from,
@@ -226,7 +237,7 @@ impl<N: Node> Lock for Single<N> {
             .await?;
         match mutex::parse_renew(&reply.value) {
             Some(true) => {
-                self.check_acks(reply.acked)?;
+                self.check_acks(&reply)?;
                 Ok(Renewal::Renewed { counted_from })
             }
             Some(false) => Ok(Renewal::Lost),
