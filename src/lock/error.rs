@@ -129,6 +129,13 @@ impl RedisFailure {
         self
     }
 
+    /// Whatever failed, a write sent before it may have landed (a script whose companion
+    /// commands in the same pipeline failed): the caller must take it back.
+    pub fn after_a_write(mut self) -> Self {
+        self.maybe_sent = true;
+        self
+    }
+
     /// Replicas that Sentinel could promote (`missing`, as `host:port`) did not acknowledge
     /// the write on `key` within `timeout`.
     pub fn unconfirmed(server: &str, key: &str, missing: &[String], timeout: &str) -> Self {

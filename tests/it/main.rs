@@ -80,6 +80,7 @@ mod redis_errors;
 mod replicas;
 mod secrets;
 mod sentinel;
+mod sentinel_acks;
 mod signals;
 mod spawn_modes;
 mod split_keys;

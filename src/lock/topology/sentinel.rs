@@ -38,6 +38,8 @@
 //!   certificates need IP subject alternative names.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -67,6 +69,8 @@ pub async fn open(
         master: RefCell::new(None),
         first: Cell::new(0),
         heard: Cell::new(false),
+        needs_replicas: ack.is_some(),
+        resolved: RefCell::new(HashMap::new()),
     };
     match node.master(deadline_in(within)).await {
         Ok(_) => {}
@@ -92,6 +96,11 @@ pub struct Sentinel {
     /// Some sentinel answered since the lock was opened: the sentinels are there, whatever
     /// the master they name is doing (a failover under way).
     heard: Cell<bool>,
+    /// `--min-replicas`: a sentinel that cannot list the replicas, or a master that does not
+    /// let the user run ROLE, cannot be used.
+    needs_replicas: bool,
+    /// Host names of replicas, resolved once (see `unconfirmed`).
+    resolved: RefCell<HashMap<String, Vec<IpAddr>>>,
 }
 
 /// How long a master is used without asking the sentinels whether they still name it
@@ -119,7 +128,7 @@ struct Named {
     /// they do not see as down or disconnected and whose priority is not 0 (Sentinel's own
     /// rules for choosing one). With `--min-replicas` each of them must acknowledge every
     /// grant and renewal; `Err` says why the sentinel could not list them.
-    promotable: Result<Vec<(String, u16)>, String>,
+    promotable: Result<Vec<(String, u16)>, RedisFailure>,
 }
 
 impl Sentinel {
@@ -162,6 +171,10 @@ impl Sentinel {
             let share_end = deadline_in(share).min(until);
             let asked = self.ask_sentinel(host, *port, share_end);
             if let Ok(Ok(Some(named))) = tokio::time::timeout_at(share_end, asked).await {
+                if self.needs_replicas && named.promotable.is_err() {
+                    // No use without the replicas: as if this sentinel had not answered.
+                    continue;
+                }
                 if named.addr != in_use.named.addr {
                     return false;
                 }
@@ -226,6 +239,11 @@ impl Sentinel {
                 format!("does not know a master named '{}'", self.spec.master),
             ));
         };
+        if self.needs_replicas {
+            if let Err(e) = &named.promotable {
+                return Err(e.clone());
+            }
+        }
         let (host, port) = named.addr.clone();
         if tried.contains(&named.addr) {
             return Err(unreachable(
@@ -235,7 +253,7 @@ impl Sentinel {
         }
         tried.push(named.addr.clone());
         let server = self.data_node(&host, port)?;
-        let Some(connected) = master_role(&server, until).await? else {
+        let Some(connected) = master_role(&server, until, self.needs_replicas).await? else {
             return Err(unreachable(
                 server.shown(),
                 &format!("{sentinel} names it, but it is not a master (ROLE)"),
@@ -280,6 +298,7 @@ impl Sentinel {
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.spec.master);
         pipe.cmd("SENTINEL").arg("REPLICAS").arg(&self.spec.master);
+        pipe.cmd("SENTINEL").arg("MASTER").arg(&self.spec.master);
         pipe.ignore_errors();
         let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(failure)?;
         self.heard.set(true);
@@ -299,14 +318,36 @@ impl Sentinel {
             },
             other => return Err(unexpected("GET-MASTER-ADDR-BY-NAME", &other)),
         };
-        let promotable = match replies.next().unwrap_or(Value::Nil) {
-            Value::ServerError(e) => Err(format!(
-                "{shown}: SENTINEL REPLICAS: {}",
-                redis::RedisError::from(e)
+        let replies_listed = replies.next().unwrap_or(Value::Nil);
+        let promotable = match replies_listed.clone() {
+            Value::ServerError(e) => Err(failure(e.into()).with_hint(
+                " (with --min-replicas the wrapper asks the sentinels for the replicas with SENTINEL REPLICAS)",
             )),
-            reply => promotable(&reply)
-                .ok_or_else(|| format!("{shown}: unexpected reply to SENTINEL REPLICAS")),
+            reply => promotable(&reply).ok_or_else(|| {
+                RedisFailure::unexpected(&shown, "unexpected reply to SENTINEL REPLICAS")
+            }),
         };
+        // A replica with `replica-announced no` is left out of SENTINEL REPLICAS, yet
+        // Sentinel may promote it: the lock cannot be checked against a replica it cannot
+        // see. `num-slaves` counts every replica the sentinel knows.
+        let listed = match &replies_listed {
+            Value::Array(all) => all.len(),
+            _ => 0,
+        };
+        let known = replies
+            .next()
+            .and_then(|master| field_of(&master, "num-slaves")?.parse::<usize>().ok());
+        let promotable = promotable.and_then(|p| match known {
+            Some(known) if known > listed => Err(RedisFailure::unexpected(
+                &shown,
+                format!(
+                    "knows {known} replicas of '{}' but lists {listed}: a replica with replica-announced no cannot be checked for the lock's writes (--min-replicas)",
+                    self.spec.master
+                ),
+            )
+            .not_sent()),
+            _ => Ok(p),
+        });
         Ok(Some(Named { addr, promotable }))
     }
 
@@ -357,6 +398,56 @@ impl Sentinel {
         failure
     }
 
+    /// The replicas of `promotable` (as the sentinels list them) that are not among
+    /// `have_it` (as the master lists them), as `host:port`. The two may name one replica
+    /// differently: the sentinels list replicas by IP unless `announce-hostnames` is on,
+    /// while a replica may announce a host name to its master (`replica-announce-ip`); such
+    /// names are resolved (once, within the call's bound) and compared by address.
+    async fn unconfirmed(
+        &self,
+        promotable: &[(String, u16)],
+        have_it: &[(String, u16)],
+        deadline: Instant,
+    ) -> Vec<String> {
+        let mut missing = Vec::new();
+        'replica: for (host, port) in promotable {
+            for (other, _) in have_it.iter().filter(|(_, p)| p == port) {
+                if other == host {
+                    continue 'replica;
+                }
+                let ours = self.resolve(host, deadline).await;
+                let theirs = self.resolve(other, deadline).await;
+                if ours.iter().any(|ip| theirs.contains(ip)) {
+                    continue 'replica;
+                }
+            }
+            missing.push(addr(host, *port));
+        }
+        missing
+    }
+
+    /// The addresses of `host` (itself if it is one); none if it cannot be resolved by
+    /// `deadline`.
+    async fn resolve(&self, host: &str, deadline: Instant) -> Vec<IpAddr> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return vec![ip];
+        }
+        if let Some(ips) = self.resolved.borrow().get(host) {
+            return ips.clone();
+        }
+        let lookup = tokio::net::lookup_host((host, 0));
+        let ips: Vec<IpAddr> = match tokio::time::timeout_at(deadline, lookup).await {
+            Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+            _ => Vec::new(),
+        };
+        if !ips.is_empty() {
+            self.resolved
+                .borrow_mut()
+                .insert(host.to_owned(), ips.clone());
+        }
+        ips
+    }
+
     /// After a call on `server`: a failure that says the master may be gone or demoted
     /// drops it, so that the next call asks the sentinels again.
     fn after<T>(&self, result: Result<T, RedisFailure>) -> Result<T, RedisFailure> {
@@ -396,12 +487,9 @@ impl Node for Sentinel {
         };
         let promotable = match &in_use.named.promotable {
             Ok(promotable) => promotable.clone(),
-            Err(why) => {
+            Err(e) => {
                 self.master.borrow_mut().take();
-                return Err(unreachable(
-                    in_use.server.shown(),
-                    &format!("cannot tell which replicas must acknowledge ({why})"),
-                ));
+                return Err(e.clone());
             }
         };
         // Every replica the sentinels could promote must have the write, not just some
@@ -426,11 +514,9 @@ impl Node for Sentinel {
         if let Some(master) = self.master.borrow_mut().as_mut() {
             master.connected = confirmed.connected;
         }
-        let unconfirmed: Vec<String> = promotable
-            .iter()
-            .filter(|replica| !confirmed.have_it.contains(replica))
-            .map(|(host, port)| addr(host, *port))
-            .collect();
+        let unconfirmed = self
+            .unconfirmed(&promotable, &confirmed.have_it, deadline)
+            .await;
         let acked = count(confirmed.have_it.len());
         if acked < ack.replicas || !unconfirmed.is_empty() {
             // Too few replicas: this master may have lost them to a failover (the sentinels
@@ -480,8 +566,13 @@ impl Node for Sentinel {
 /// Whether `server` says it is a master, and then how many replicas are connected to it:
 /// `None` if it is not a master. A user whose ACL does not allow ROLE is taken at the
 /// sentinel's word (a demoted master still refuses the lock's writes with READONLY), with no
-/// replica counted.
-async fn master_role(server: &Server, until: Instant) -> Result<Option<u32>, RedisFailure> {
+/// replica counted, unless its replicas must be checked (`--min-replicas`): that needs ROLE,
+/// and is refused here, before anything is written.
+async fn master_role(
+    server: &Server,
+    until: Instant,
+    needs_replicas: bool,
+) -> Result<Option<u32>, RedisFailure> {
     let mut pipe = redis::pipe();
     pipe.cmd("ROLE").ignore_errors();
     let left = until.saturating_duration_since(Instant::now());
@@ -497,7 +588,12 @@ async fn master_role(server: &Server, until: Instant) -> Result<Option<u32>, Red
                 format!("unexpected reply to ROLE: {reply:?}"),
             )),
         },
-        Some(Value::ServerError(e)) if e.code() == "NOPERM" => Ok(Some(0)),
+        Some(Value::ServerError(e)) if e.code() == "NOPERM" && !needs_replicas => Ok(Some(0)),
+        Some(Value::ServerError(e)) if e.code() == "NOPERM" => {
+            Err(RedisFailure::from_redis(&e.clone().into(), server.shown()).with_hint(
+                " (with Sentinel, --min-replicas checks with ROLE which replicas have each write: allow the user +role)",
+            ))
+        }
         Some(Value::ServerError(e)) => {
             Err(RedisFailure::from_redis(&e.clone().into(), server.shown()))
         }
@@ -508,25 +604,47 @@ async fn master_role(server: &Server, until: Instant) -> Result<Option<u32>, Red
     }
 }
 
+/// The fields of a sentinel's description of an instance (a flat array of names and values,
+/// or a map in RESP3); `None` for another shape.
+fn fields(instance: &Value) -> Option<Vec<(String, String)>> {
+    match instance {
+        Value::Array(flat) => Some(
+            flat.chunks(2)
+                .filter_map(|pair| Some((text(pair.first()?)?, text(pair.get(1)?)?)))
+                .collect(),
+        ),
+        Value::Map(pairs) => Some(
+            pairs
+                .iter()
+                .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// One field of a sentinel's description of an instance.
+fn field_of(instance: &Value, name: &str) -> Option<String> {
+    fields(instance)?
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// How long a replica may leave Sentinel's pings unanswered and still be promoted: five ping
+/// periods of one second (Sentinel's `sentinelSelectSlave`).
+const SILENT_FOR_PROMOTION_MS: u64 = 5_000;
+
 /// The replicas in a `SENTINEL REPLICAS` reply that Sentinel could promote: not flagged
-/// down or disconnected, priority not 0. `None` for a reply of another shape.
+/// down or disconnected, priority not 0, answering pings. `None` for a reply of another
+/// shape.
 fn promotable(reply: &Value) -> Option<Vec<(String, u16)>> {
     let Value::Array(replicas) = reply else {
         return None;
     };
     let mut out = Vec::new();
     for replica in replicas {
-        let fields: Vec<(String, String)> = match replica {
-            Value::Array(flat) => flat
-                .chunks(2)
-                .filter_map(|pair| Some((text(pair.first()?)?, text(pair.get(1)?)?)))
-                .collect(),
-            Value::Map(pairs) => pairs
-                .iter()
-                .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
-                .collect(),
-            _ => return None,
-        };
+        let fields = fields(replica)?;
         let field = |name: &str| {
             fields
                 .iter()
@@ -540,7 +658,14 @@ fn promotable(reply: &Value) -> Option<Vec<(String, u16)>> {
             .split(',')
             .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"));
         let never = field("slave-priority").or(field("replica-priority")) == Some("0");
-        if !down && !never {
+        // Sentinel does not promote a replica that has not answered its pings for five
+        // ping periods (5 s); until the replica is flagged down (`down-after-milliseconds`,
+        // 30 s by default) that is what keeps a frozen or cut-off replica from stopping
+        // every holder.
+        let silent = field("last-ok-ping-reply")
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .is_some_and(|ms| ms > SILENT_FOR_PROMOTION_MS);
+        if !down && !never && !silent {
             out.push((ip.to_owned(), port));
         }
     }
@@ -582,7 +707,7 @@ mod tests {
     }
 
     #[test]
-    fn promotable_replicas_are_up_and_of_nonzero_priority() {
+    fn promotable_replicas_are_up_answering_and_of_nonzero_priority() {
         let reply = Value::Array(vec![
             replica(&[
                 ("name", "127.0.0.1:7001"),
@@ -610,8 +735,16 @@ mod tests {
                 ("slave-priority", "0"),
             ]),
             replica(&[
+                ("ip", "127.0.0.1"),
+                ("port", "7006"),
+                ("flags", "slave"),
+                ("last-ok-ping-reply", "5001"),
+                ("slave-priority", "100"),
+            ]),
+            replica(&[
                 ("ip", "10.0.0.5"),
                 ("port", "7005"),
+                ("last-ok-ping-reply", "4999"),
                 ("flags", "slave,promoted"),
                 ("slave-priority", "1"),
             ]),

@@ -223,9 +223,9 @@ impl Server {
 
     /// Run `call` with a WAIT for `ack.replicas` behind it, and say which replicas have its
     /// write: `ROLE` right after the script gives the master's replication offset, which
-    /// covers the script's write (a client's pipelined commands run one after the other, so
-    /// nothing else is written in between), and `ROLE` after the WAIT gives each connected
-    /// replica's acknowledged offset. WAIT alone only counts, and a replica that can no
+    /// covers the script's write (anything written in between only raises it: a replica is
+    /// then asked for more than the write, never less), and `ROLE` after the WAIT gives each
+    /// connected replica's acknowledged offset. WAIT alone only counts, and a replica that can no
     /// longer be promoted (or one the sentinels do not know) counts as much as the one that
     /// will be.
     pub async fn script_confirmed(
@@ -249,9 +249,10 @@ impl Server {
         if let Value::ServerError(err) = value {
             return Err(RedisFailure::from_redis(&err.into(), &self.shown));
         }
-        let before = role(replies.next(), &self.shown)?;
+        // The script ran: whatever ROLE says, its write may have landed.
+        let before = role(replies.next(), &self.shown).map_err(RedisFailure::after_a_write)?;
         let _wait = replies.next();
-        let after = role(replies.next(), &self.shown)?;
+        let after = role(replies.next(), &self.shown).map_err(RedisFailure::after_a_write)?;
         let have_it = after
             .replicas
             .iter()
@@ -350,7 +351,7 @@ fn role(reply: Option<Value>, shown: &str) -> Result<MasterRole, RedisFailure> {
         });
     }
     parse_master_role(&reply).ok_or_else(|| {
-        let mut failure = RedisFailure::unexpected_reply(shown, "ROLE", &reply).not_sent();
+        let mut failure = RedisFailure::unexpected_reply(shown, "ROLE", &reply);
         if matches!(&reply, Value::Array(parts) if parts.first().and_then(text).as_deref() != Some("master"))
         {
             // Demoted since it was named: worth asking the sentinels again.
