@@ -75,7 +75,7 @@ impl Signals {
             if sig != Signal::SIGTSTP {
                 return sig;
             }
-            crate::child::stop_self(sig);
+            super::job::stop_self(sig);
         }
     }
 

@@ -80,7 +80,7 @@ pub fn spawn(
     pre_exec: impl Fn() -> io::Result<()>,
 ) -> Result<Pid, CloneError> {
     let prep = prepare(program, args, env).map_err(CloneError::Unsupported)?;
-    let (report_out, report_in) = crate::tree::pipe_cloexec().map_err(CloneError::Unsupported)?;
+    let (report_out, report_in) = super::tree::pipe_cloexec().map_err(CloneError::Unsupported)?;
     let mut clone_args = CloneArgs {
         flags: CLONE_INTO_CGROUP,
         exit_signal: libc::SIGCHLD as u64,

@@ -1839,7 +1839,7 @@ exec sleep 60
             let mut cmd = Command::new(std::env::current_exe().unwrap());
             cmd.args([
                 "--exact",
-                "tree::tests::helper_process",
+                "process::tree::tests::helper_process",
                 "--nocapture",
                 "--test-threads=1",
             ])

@@ -2,7 +2,7 @@
 //!
 //! - The command leads its own process group: forwarded signals go to the group, as a
 //!   terminal's would.
-//! - "The command" is its whole process tree ([`crate::tree`]): a cgroup of its own where
+//! - "The command" is its whole process tree ([`super::tree`]): a cgroup of its own where
 //!   the system allows, else the descendants the wrapper finds as their subreaper. Stopping
 //!   the command (a lost lease, --max-runtime, leftovers after it exits, a suspended job)
 //!   reaches processes that left its group or session (`setsid`, `timeout(1)`, double forks).
@@ -69,12 +69,12 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpgrp, getpid, getppid, setpgid, tcgetpgrp, tcsetpgrp, Pid};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::clone_into::{self, CloneError};
+use super::clone_into::{self, CloneError};
+use super::signals;
+use super::tree::{Mode, Tree};
 use crate::config;
 use crate::exit::ChildEnd;
 use crate::lease::Stamp;
-use crate::signals;
-use crate::tree::{Mode, Tree};
 
 /// Why the command could not be started.
 #[derive(Debug)]
@@ -281,7 +281,7 @@ impl Job {
     /// does not stop an orphaned group, and nobody would continue the job.
     pub fn suspend_with(&mut self, sig: Signal) {
         // The "stopping too" line reaches stderr before the writer thread stops with us.
-        crate::sink::drain(Duration::from_millis(50));
+        crate::report::drain(Duration::from_millis(50));
         // Everything stops, not only the leader that the signal reached: the group, and any
         // process of the tree that left it. Nothing runs on while the wrapper renews nothing.
         self.signal(Signal::SIGSTOP);
