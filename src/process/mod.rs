@@ -4,8 +4,11 @@
 mod clone_into;
 mod job;
 mod signals;
+mod spawn;
+mod terminal;
 mod tree;
 
-pub use job::{become_subreaper, group_is_orphaned, Event, Job, SpawnError};
+pub use job::{become_subreaper, group_is_orphaned, Event, Job};
 pub use signals::Signals;
+pub use spawn::SpawnError;
 pub use tree::{Mode, Tree};
