@@ -35,9 +35,10 @@
 //!
 //! # /proc mode ([`Mode::Proc`], `proc.rs`)
 //! The wrapper is a child subreaper (this mode makes it one, the supervisor already is), so
-//! every orphaned descendant is re-parented to the wrapper, never to init. The tree is found by following the parent links in `/proc/*/stat` down from the wrapper's pid. The
-//! wrapper starts no other process than the command, so its descendants are the command's
-//! tree; children it already had when the `Tree` was made (inherited across an `exec`, as in
+//! every orphaned descendant is re-parented to the wrapper, never to init. The tree is found
+//! by following the parent links in `/proc/*/stat` down from the wrapper's pid. The wrapper
+//! starts no other process than the command, so its descendants are the command's tree;
+//! children it already had when the `Tree` was made (inherited across an `exec`, as in
 //! `sh -c 'job & exec redlock-run ...'`) and their subtrees are left out.
 //! [`Tree::kill_all`] freezes before it kills: SIGSTOP to every descendant, wait until every
 //! thread of each is really stopped, walk again, until a walk finds nothing new (a stopped
