@@ -10,38 +10,32 @@
 //! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
 //! - `sentinel_url`: the `redis+sentinel://` form of `--redis`.
 //! - `cluster_url`: `redis+cluster://` URLs (a Redis Cluster's seed nodes).
-//! - `child`: the command as a process group (spawn, pdeathsig, terminal, cleanup).
-//! - `clone_into`: the command started straight inside its cgroup (`clone3`).
-//! - `tree`: the command as its whole process tree, beyond its group and session: a cgroup v2
-//!   of its own where one can be made, else the subreaper's descendants in /proc.
-//! - `signals`: which signals are caught and forwarded.
+//! - `process`: the command as processes: its group (spawn, pdeathsig, job control at a
+//!   terminal), started inside its cgroup (`clone3`), its whole tree (`tree/`: a cgroup v2 of
+//!   its own where one can be made, else the subreaper's descendants in /proc), and which
+//!   signals are caught and forwarded.
 //! - `run`: the supervisor; every lock state change happens there.
 //! - `backoff`: pauses between attempts on a busy lock.
 //! - `status`: the `status` subcommand.
-//! - `report`: stderr messages, text or JSON.
-//! - `sink`: writes them from a thread of its own, so a blocked stderr never blocks the
-//!   supervisor.
+//! - `report`: stderr messages, text or JSON, written from a thread of their own so that a
+//!   blocked stderr never blocks the supervisor.
 //! - `exit`: how a run ends and the exit code of each ending.
 
 pub mod backoff;
-pub mod child;
 pub mod cli;
-pub mod clone_into;
 pub mod cluster_url;
 pub mod config;
 pub mod exit;
 pub mod lease;
 pub mod lock;
+mod process;
 pub mod redis_url;
-pub mod report;
+mod report;
 pub mod run;
 pub mod sentinel_url;
-pub mod signals;
-pub mod sink;
 pub mod status;
 #[cfg(feature = "tls")]
 pub mod tls_files;
-pub mod tree;
 
 use clap::Parser;
 
@@ -74,7 +68,7 @@ pub fn main_exit_code() -> u8 {
     let end = parse_and_run();
     // Messages still queued for a slow stderr get a moment; a blocked one does not hold up
     // the exit (the lock is released already, and the exit code tells the outcome).
-    sink::drain(std::time::Duration::from_secs(1));
+    report::drain(std::time::Duration::from_secs(1));
     if let Some(sig) = end.by_signal {
         die_by(sig, end.to_group);
     }

@@ -22,7 +22,6 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backoff::Backoff;
-use crate::child::{self, Event, Job, SpawnError};
 use crate::cli::Wait;
 use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
@@ -30,9 +29,8 @@ use crate::lease::{Lease, Stamp, Standing};
 use crate::lock::{
     self, Attempt, Holder, HolderInfo, Lock, RedisFailure, Released, Renewal, Token, Waiter,
 };
+use crate::process::{self, Event, Job, Signals, SpawnError, Tree};
 use crate::report::Reporter;
-use crate::signals::Signals;
-use crate::tree::Tree;
 
 /// Longest nap between lease checks. tokio's timers run on CLOCK_MONOTONIC, which stops during
 /// a system suspend; waking at least this often bounds how late a suspend is noticed.
@@ -473,7 +471,7 @@ async fn hold<L: Lock>(
     report.info("spawning", format_args!("starting {}", cfg.command.display));
     if report.verbose() {
         let until_stop = Stamp::now().until(held.lease.stop_at());
-        crate::sink::drain(until_stop.min(Duration::from_millis(100)));
+        crate::report::drain(until_stop.min(Duration::from_millis(100)));
     }
     // The acquire's reply, the replica wait or a pause of this process may have taken so long
     // that the lease is already in its last --grace: starting the command now would be
@@ -481,7 +479,7 @@ async fn hold<L: Lock>(
     if held.lease.standing(Stamp::now()) != Standing::Safe {
         return (Under::LateStart, false, Some(tree));
     }
-    child::become_subreaper();
+    process::become_subreaper();
     let env = [
         ("REDLOCK_KEY", lock.name().to_owned()),
         ("REDLOCK_TOKEN", token.as_str()),
@@ -516,8 +514,8 @@ async fn hold<L: Lock>(
         format_args!(
             "pid {job_pid}: its processes are tracked by {}{}",
             match mode {
-                crate::tree::Mode::Cgroup => "a cgroup of their own",
-                crate::tree::Mode::Proc => "/proc (as their subreaper)",
+                crate::process::Mode::Cgroup => "a cgroup of their own",
+                crate::process::Mode::Proc => "/proc (as their subreaper)",
             },
             fallback.map(|why| format!(" ({why})")).unwrap_or_default()
         ),
@@ -670,7 +668,7 @@ async fn supervise<L: Lock>(
                     Ok(Event::Suspended(sig)) => {
                         // Stopped at a terminal (Ctrl-Z, a background read): follow the
                         // command, and on waking check the lease before continuing it.
-                        if child::group_is_orphaned() {
+                        if process::group_is_orphaned() {
                             // The kernel does not stop an orphaned process group: the wrapper
                             // cannot follow, and a command continued would only be stopped
                             // again (for ever, at full speed). It ends, as a read from an

@@ -98,14 +98,19 @@ pub fn process_state(pid: i32) -> Option<char> {
 
 /// State letter and start time (field 22) from /proc/PID/stat.
 fn proc_stat(pid: i32) -> Option<(char, u64)> {
+    let fields = proc_stat_fields(pid)?;
+    let state = fields.first()?.chars().next()?;
+    // Field 22 is index 19.
+    let start = fields.get(19)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// The fields of /proc/PID/stat from field 3 (state) on: field N is index N - 3.
+pub fn proc_stat_fields(pid: i32) -> Option<Vec<String>> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first()?.chars().next()?;
-    // After ')' the fields start at field 3 (state), so field 22 is index 19.
-    let start = fields.get(19)?.parse().ok()?;
-    Some((state, start))
+    Some(rest.split_whitespace().map(String::from).collect())
 }
 
 /// Kills a process (that the test learned about from a marker file) on drop, if it is still

@@ -3,7 +3,6 @@
 //! leftovers short; TERM or INT while still waiting for the lock.
 
 use std::fs;
-use std::thread;
 use std::time::Instant;
 
 use nix::sys::signal::Signal;
@@ -135,8 +134,11 @@ fn second_sigterm_after_the_leader_exited_skips_the_wait_for_leftovers() {
     let dir = scratch();
     let mut run = Wrapper::on(&redis, "k")
         .args(["--ttl", "60s"])
+        // The leftover also notes each SIGCONT: the wrapper sends one right after its SIGTERM
+        // when it starts on the leftovers, and nothing else sends one.
         .sh(
-            "(trap '' TERM; exec sh -c 'echo $$ > leftover; exec sleep 30') & \
+            "(trap '' TERM; exec sh -c 'trap \"echo > continued\" CONT; echo $$ > leftover; \
+             sleep 30 & while wait; [ $? -gt 128 ]; do :; done') & \
              trap 'exit 0' TERM; echo $$ > started; sleep 30 & wait",
         )
         .current_dir(dir.path())
@@ -146,8 +148,9 @@ fn second_sigterm_after_the_leader_exited_skips_the_wait_for_leftovers() {
     let _guard = PidGuard::new(leftover);
     run.signal(Signal::SIGTERM);
     run.wait_until(secs(5), "leader to exit", || !pid_alive(leader));
-    // Give the wrapper a moment to reach the leftover clean-up.
-    thread::sleep(ms(300));
+    run.wait_until(secs(5), "the wrapper to start on the leftover", || {
+        dir.path().join("continued").exists()
+    });
     assert!(
         pid_alive(leftover),
         "the leftover ignores TERM\n{}",
@@ -174,13 +177,16 @@ fn signal_while_waiting(sig: Signal, code: i32) {
         .args(["--wait", "30s", "-c", "touch marker"])
         .current_dir(dir.path())
         .spawn();
-    // Wait until the wrapper has connected (each INFO call is one connection itself), then
-    // give it a moment to be inside its wait loop.
-    let base = redis.info_field("total_connections_received");
-    run.wait_until(secs(10), "the wrapper to connect", || {
-        redis.info_field("total_connections_received") >= base + 2
+    // The wrapper is inside its wait loop once it listens for the holder's release (it
+    // subscribes on its first busy reply).
+    run.wait_until(secs(10), "the wrapper to wait for a release", || {
+        let reply = redis.cli(&["PUBSUB", "NUMSUB", "{redlock:k}:released"]);
+        reply
+            .lines()
+            .last()
+            .and_then(|n| n.trim().parse::<i64>().ok())
+            >= Some(1)
     });
-    thread::sleep(ms(300));
     assert!(run.is_running(), "wrapper ended early\n{}", run.describe());
     let sent = Instant::now();
     run.signal(sig);

@@ -234,6 +234,12 @@ impl Drop for Shell {
     }
 }
 
+/// `pid` is asleep (in a read) and its group is its terminal's foreground group: fields 5
+/// (process group) and 8 (the terminal's foreground group) of /proc/PID/stat.
+fn reads_in_the_foreground(pid: i32) -> bool {
+    proc_stat_fields(pid).is_some_and(|f| f.len() > 5 && f[0] == "S" && f[2] == f[5])
+}
+
 fn state(pid: i32) -> char {
     process_state(pid).unwrap_or('-')
 }
@@ -316,11 +322,18 @@ fn a_background_job_reading_the_terminal_stops_and_fg_feeds_it() {
     let redis = RedisServer::start();
     let mut sh = Shell::start(&redis);
     sh.run("set -b");
-    sh.send("$RR --key k -c 'read x; echo got-$x-ok' &\n");
+    sh.send("$RR --key k -c 'echo $$ > pid; read x; echo got-$x-ok' &\n");
     sh.wait_for("Stopped", 1);
+    let command = read_pid_file(&sh.path("pid"), secs(10));
+    let _guard = PidGuard::new(command);
     let prompts = sh.count(PROMPT);
     sh.send("fg\n");
-    std::thread::sleep(ms(300));
+    // Typed once the command has the terminal and waits in its read.
+    assert!(
+        poll_until(secs(10), || reads_in_the_foreground(command)),
+        "{}",
+        sh.output()
+    );
     sh.send("hello\n");
     sh.wait_for("got-hello-ok", 1);
     sh.wait_for_prompts(prompts + 1);

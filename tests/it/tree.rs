@@ -256,12 +256,13 @@ fn parent_of(pid: i32) -> Option<i32> {
 }
 
 /// The /proc mode leaves out the children the wrapper already had when its tree was made
-/// (`sh -c 'job & exec redlock-run ...'`) and their subtrees (tree.rs). A process of such a
-/// subtree that is orphaned while the wrapper waits for the lock is not the command's: the
-/// wrapper must not adopt it then (it is not the command's subreaper yet) nor stop it as a
-/// leftover of the command. Since the tree (and with it the child subreaper) is made beside
-/// the first attempt (36f68cd), such an orphan is re-parented to the waiting wrapper, counts
-/// as a member of the command's tree, and is sent SIGTERM when the command exits.
+/// (`sh -c 'job & exec redlock-run ...'`) and their subtrees (process/tree/proc.rs). A
+/// process of such a subtree that is orphaned while the wrapper waits for the lock is not the
+/// command's: the wrapper must not adopt it then (it is not the command's subreaper yet) nor
+/// stop it as a leftover of the command. Since the tree (and with it the child subreaper) is
+/// made beside the first attempt (36f68cd), such an orphan is re-parented to the waiting
+/// wrapper, counts as a member of the command's tree, and is sent SIGTERM when the command
+/// exits.
 #[test]
 fn proc_mode_leaves_alone_a_job_of_an_inherited_child_orphaned_during_the_wait() {
     let redis = RedisServer::start();

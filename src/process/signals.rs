@@ -9,11 +9,12 @@
 use std::future::poll_fn;
 use std::task::Poll;
 
-use nix::sys::signal::Signal;
+use nix::sys::signal::{killpg, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::unistd::getpgrp;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// The signals that are forwarded to the command. SIGTSTP sent to the wrapper suspends the
-/// command, and the wrapper follows it (child.rs); while waiting for the lock it suspends the
+/// command, and the wrapper follows it (job.rs); while waiting for the lock it suspends the
 /// wrapper itself.
 pub const FORWARDED: [Signal; 7] = [
     Signal::SIGINT,
@@ -75,7 +76,7 @@ impl Signals {
             if sig != Signal::SIGTSTP {
                 return sig;
             }
-            crate::child::stop_self(sig);
+            stop_self(sig);
         }
     }
 
@@ -86,6 +87,33 @@ impl Signals {
             sig = self.recv_ending() => Some(sig),
             () = std::future::ready(()) => None,
         }
+    }
+}
+
+/// Stop this process with `sig` as the kernel would by default, until it is continued.
+pub fn stop_self(sig: Signal) {
+    with_default_action(sig, || {
+        let _ = nix::sys::signal::raise(sig);
+    });
+}
+
+/// Send `sig` to the wrapper's own process group, the wrapper acting on it by default.
+pub fn stop_group(sig: Signal) {
+    with_default_action(sig, || {
+        let _ = killpg(getpgrp(), sig);
+    });
+}
+
+/// Run `f` with the default action for `sig` installed, then put the previous one back.
+fn with_default_action(sig: Signal, f: impl FnOnce()) {
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    // SAFETY: installing SIG_DFL runs no code of ours; the previous action (a tokio handler,
+    // or SIG_IGN for SIGTTOU) is put back right after.
+    let old = unsafe { sigaction(sig, &default) };
+    f();
+    if let Ok(old) = old {
+        // SAFETY: restores the action that was installed before.
+        let _ = unsafe { sigaction(sig, &old) };
     }
 }
 

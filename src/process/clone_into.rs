@@ -26,7 +26,10 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 
-use nix::unistd::Pid;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::signal::{signal, SigHandler, Signal};
+use nix::unistd::{pipe2, Pid};
 
 /// `struct clone_args` of `clone3(2)`, up to `cgroup` (Linux 5.7).
 #[repr(C)]
@@ -51,7 +54,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 #[derive(Debug)]
 pub enum CloneError {
     /// No process was created: use another way.
-    Unsupported(io::Error),
+    Unsupported,
     /// The process was created, and its set-up or exec failed (NotFound, PermissionDenied,
     /// ...); it is reaped.
     Exec(io::Error),
@@ -79,17 +82,18 @@ pub fn spawn(
     env: &[(&str, String)],
     pre_exec: impl Fn() -> io::Result<()>,
 ) -> Result<Pid, CloneError> {
-    let prep = prepare(program, args, env).map_err(CloneError::Unsupported)?;
-    let (report_out, report_in) = crate::tree::pipe_cloexec().map_err(CloneError::Unsupported)?;
+    let prep = prepare(program, args, env).map_err(|_| CloneError::Unsupported)?;
+    let (report_out, report_in) = pipe2(OFlag::O_CLOEXEC).map_err(|_| CloneError::Unsupported)?;
     let mut clone_args = CloneArgs {
         flags: CLONE_INTO_CGROUP,
         exit_signal: libc::SIGCHLD as u64,
         cgroup: cgroup.as_raw_fd() as u64,
         ..CloneArgs::default()
     };
+    // Raw syscall: neither libc nor nix wraps clone3.
     // SAFETY: clone3 with no CLONE_VM is a fork: the child gets a copy of this address space
     // and runs `child` only, which makes system calls on memory prepared above and never
-    // returns (exec or _exit).
+    // returns (exec or _exit). `clone_args` is a valid `struct clone_args` of the size given.
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone3,
@@ -98,7 +102,7 @@ pub fn spawn(
         )
     };
     if pid < 0 {
-        return Err(CloneError::Unsupported(io::Error::last_os_error()));
+        return Err(CloneError::Unsupported);
     }
     if pid == 0 {
         child(&prep, &report_in, &pre_exec);
@@ -191,45 +195,46 @@ fn prepare(program: &OsStr, args: &[OsString], env: &[(&str, String)]) -> io::Re
     })
 }
 
-/// The child, between clone and exec. Never returns.
+/// The child, between clone and exec. Never returns. Only system calls on memory prepared
+/// before the clone; see the module docs.
 fn child(prep: &Prepared, report: &OwnedFd, pre_exec: &impl Fn() -> io::Result<()>) -> ! {
-    // SAFETY: only system calls on memory prepared before the clone; see the module docs.
-    unsafe {
-        // The signal mask is inherited, as std leaves it.
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        if let Err(e) = pre_exec() {
-            fail(report, e.raw_os_error().unwrap_or(libc::EIO));
-        }
-        let mut refused = false;
-        let mut last = libc::ENOENT;
-        for (file, sh_argv) in prep.candidates.iter().zip(&prep.sh_argvs) {
-            libc::execve(file.as_ptr(), prep.argv.as_ptr(), prep.envp.as_ptr());
-            let errno = *libc::__errno_location();
-            match errno {
-                libc::ENOEXEC => {
-                    // As execvp: a file the kernel cannot run is a shell script.
-                    libc::execve(prep.sh.as_ptr(), sh_argv.as_ptr(), prep.envp.as_ptr());
-                    fail(report, *libc::__errno_location());
-                }
-                libc::EACCES => refused = true,
-                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
-                // Anything else ends the search, as in execvp.
-                _ => fail(report, errno),
-            }
-            last = errno;
-        }
-        fail(report, if refused { libc::EACCES } else { last });
+    // The signal mask is inherited, as std leaves it.
+    // SAFETY: SIG_DFL installs no handler.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+    if let Err(e) = pre_exec() {
+        fail(report, e.raw_os_error().unwrap_or(libc::EIO));
     }
+    let mut refused = false;
+    let mut last = libc::ENOENT;
+    for (file, sh_argv) in prep.candidates.iter().zip(&prep.sh_argvs) {
+        // Raw libc: nix's execve builds its argument arrays, which allocates.
+        // SAFETY: `file` and the NULL-terminated `argv` and `envp` point into `prep`, which
+        // outlives the call; on success nothing of this process remains.
+        unsafe { libc::execve(file.as_ptr(), prep.argv.as_ptr(), prep.envp.as_ptr()) };
+        let errno = Errno::last_raw();
+        match errno {
+            libc::ENOEXEC => {
+                // As execvp: a file the kernel cannot run is a shell script.
+                // SAFETY: as above; `sh_argv` is NULL-terminated and points into `prep`.
+                unsafe { libc::execve(prep.sh.as_ptr(), sh_argv.as_ptr(), prep.envp.as_ptr()) };
+                fail(report, Errno::last_raw());
+            }
+            libc::EACCES => refused = true,
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            // Anything else ends the search, as in execvp.
+            _ => fail(report, errno),
+        }
+        last = errno;
+    }
+    fail(report, if refused { libc::EACCES } else { last });
 }
 
 /// Tell the parent `errno` and exit.
 fn fail(report: &OwnedFd, errno: i32) -> ! {
-    let bytes = errno.to_ne_bytes();
-    // SAFETY: a write of a local buffer, then _exit: both async-signal-safe.
-    unsafe {
-        libc::write(report.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-        libc::_exit(127)
-    }
+    let _ = nix::unistd::write(report, &errno.to_ne_bytes());
+    // SAFETY: ends the child at once, as it must: nothing of the parent's (exit handlers,
+    // buffered output) may run in it.
+    unsafe { libc::_exit(127) }
 }
 
 /// The child's errno, or `None` once the pipe closed without one (the exec succeeded).
@@ -237,19 +242,11 @@ fn read_report(report: &OwnedFd) -> Option<i32> {
     let mut buf = [0u8; 4];
     let mut got = 0;
     while got < buf.len() {
-        // SAFETY: reads into a local buffer within its bounds.
-        let n = unsafe {
-            libc::read(
-                report.as_raw_fd(),
-                buf[got..].as_mut_ptr().cast(),
-                buf.len() - got,
-            )
-        };
-        match n {
-            0 => break,
-            n if n > 0 => got += n as usize,
-            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
-            _ => break,
+        match nix::unistd::read(report, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(Errno::EINTR) => {}
+            Err(_) => break,
         }
     }
     (got == buf.len()).then(|| i32::from_ne_bytes(buf))

@@ -2,7 +2,7 @@
 //!
 //! - The command leads its own process group: forwarded signals go to the group, as a
 //!   terminal's would.
-//! - "The command" is its whole process tree ([`crate::tree`]): a cgroup of its own where
+//! - "The command" is its whole process tree ([`super::tree`]): a cgroup of its own where
 //!   the system allows, else the descendants the wrapper finds as their subreaper. Stopping
 //!   the command (a lost lease, --max-runtime, leftovers after it exits, a suspended job)
 //!   reaches processes that left its group or session (`setsid`, `timeout(1)`, double forks).
@@ -52,38 +52,24 @@
 //! well (see `lib.rs`), so a shell loop interrupted by Ctrl-C ends as it would with the bare
 //! command.
 
-use std::ffi::OsString;
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::prctl;
-use nix::sys::signal::{
-    kill, killpg, pthread_sigmask, sigaction, SaFlags, SigAction, SigHandler, SigSet, SigmaskHow,
-    Signal,
-};
+use nix::sys::signal::{killpg, SigHandler, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{getpgrp, getpid, getppid, setpgid, tcgetpgrp, tcsetpgrp, Pid};
+use nix::unistd::{getpgrp, getppid, Pid};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::clone_into::{self, CloneError};
+use super::signals::stop_group;
+use super::spawn::{spawn_in, SpawnError};
+use super::terminal::{give_terminal, Terminal};
+use super::tree::{read_stat, Mode, Stat, Tree};
 use crate::config;
 use crate::exit::ChildEnd;
 use crate::lease::Stamp;
-use crate::signals;
-use crate::tree::{Mode, Tree};
-
-/// Why the command could not be started.
-#[derive(Debug)]
-pub enum SpawnError {
-    NotFound(io::Error),
-    NotExecutable(io::Error),
-    /// The wrapper's own set-up failed (joining the command's cgroup, signal handling).
-    Internal(io::Error),
-}
 
 /// What happened to the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,7 +267,7 @@ impl Job {
     /// does not stop an orphaned group, and nobody would continue the job.
     pub fn suspend_with(&mut self, sig: Signal) {
         // The "stopping too" line reaches stderr before the writer thread stops with us.
-        crate::sink::drain(Duration::from_millis(50));
+        crate::report::drain(Duration::from_millis(50));
         // Everything stops, not only the leader that the signal reached: the group, and any
         // process of the tree that left it. Nothing runs on while the wrapper renews nothing.
         self.signal(Signal::SIGSTOP);
@@ -367,82 +353,6 @@ impl Job {
     }
 }
 
-/// Set to anything but empty or `0`, the command is forked and then joins its cgroup instead
-/// of being born in it (for a kernel or a sandbox where `clone3` misbehaves; also tested).
-pub const NO_CLONE_INTO_CGROUP_ENV: &str = "REDLOCK_NO_CLONE3";
-
-/// Spawn `command` in its own process group, inside `tree`: born in its cgroup
-/// (`clone_into`) where the kernel allows it, else forked and joining it first thing.
-fn spawn_in(
-    tree: &Tree,
-    command: &config::Command,
-    env: &[(&str, String)],
-    take_terminal: bool,
-    tty: Option<i32>,
-) -> Result<Pid, SpawnError> {
-    let setup = child_setup(take_terminal, tty);
-    let born_inside =
-        std::env::var_os(NO_CLONE_INTO_CGROUP_ENV).is_none_or(|v| v.is_empty() || v == "0");
-    if let (Some(cgroup), true) = (tree.cgroup_fd(), born_inside) {
-        match clone_into::spawn(cgroup, &command.program, &command.args, env, &setup) {
-            Ok(pid) => return Ok(pid),
-            Err(CloneError::Exec(e)) => return Err(classify_spawn_error(e)),
-            // No process was made (an old kernel, a seccomp filter): fork and join instead.
-            Err(CloneError::Unsupported(_)) => {}
-        }
-    }
-    let join = tree.pre_exec_join().map_err(SpawnError::Internal)?;
-    let mut cmd = std::process::Command::new(&command.program);
-    cmd.args(&command.args);
-    cmd.envs(
-        env.iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-    );
-    cmd.process_group(0);
-    // SAFETY: both closures run in the forked child before exec and only make system calls
-    // (see `child_setup` and `Tree::pre_exec_join`).
-    unsafe {
-        // First: in the command's cgroup before anything else can happen or fork.
-        cmd.pre_exec(join);
-        cmd.pre_exec(setup);
-    }
-    let child = cmd.spawn().map_err(classify_spawn_error)?;
-    Ok(Pid::from_raw(child.id() as i32))
-}
-
-/// What the child does before exec, whichever way it was started. It only makes
-/// async-signal-safe system calls (setpgid, prctl, getppid, getpid, kill, tcsetpgrp,
-/// sigaction) through nix's thin wrappers, and allocates nothing (an error is a raw errno):
-/// the wrapper has other threads.
-fn child_setup(
-    take_terminal: bool,
-    tty: Option<i32>,
-) -> impl Fn() -> io::Result<()> + Send + Sync + 'static {
-    let keep_sigpipe_ignored = signals::sigpipe_ignored_at_start();
-    let wrapper = getpid();
-    move || {
-        // Be the group leader already, whatever order std applies its own setup in;
-        // tcsetpgrp below needs the group to exist.
-        let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-        prctl::set_pdeathsig(Signal::SIGKILL)?;
-        // The wrapper may have died between fork and prctl; then nobody would kill us.
-        if getppid() != wrapper {
-            let _ = kill(getpid(), Signal::SIGKILL);
-        }
-        if let (true, Some(fd)) = (take_terminal, tty) {
-            // SAFETY: `fd` is the wrapper's terminal, open for the wrapper's lifetime.
-            give_terminal(unsafe { BorrowedFd::borrow_raw(fd) }, getpid());
-        }
-        // The child starts with SIGPIPE at its default; one that was ignored when the wrapper
-        // started stays ignored, as if the command ran directly.
-        if keep_sigpipe_ignored {
-            // SAFETY: SIG_IGN installs no handler.
-            let _ = unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn) };
-        }
-        Ok(())
-    }
-}
-
 /// Whether the wrapper's process group is orphaned: no process on the wrapper's line of
 /// ancestors outside the group is in the same session. The kernel does not stop an
 /// orphaned group with SIGTSTP, SIGTTIN or SIGTTOU (no shell would continue it).
@@ -451,7 +361,13 @@ pub fn group_is_orphaned() -> bool {
     let session = nix::unistd::getsid(None).map_or(-1, |s| s.as_raw());
     let mut pid = getppid().as_raw();
     for _ in 0..64 {
-        let Some((ppid, pgrp, sid)) = stat_ids(pid) else {
+        let Some(Stat {
+            ppid,
+            pgrp,
+            session: sid,
+            ..
+        }) = read_stat(pid)
+        else {
             return true;
         };
         if pgrp != group {
@@ -463,17 +379,6 @@ pub fn group_is_orphaned() -> bool {
         pid = ppid;
     }
     true
-}
-
-/// Parent pid, process group and session of `pid`, from /proc/PID/stat.
-fn stat_ids(pid: i32) -> Option<(i32, i32, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: the fields follow the last ')'.
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace().skip(1);
-    let ppid = fields.next()?.parse().ok()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    let sid = fields.next()?.parse().ok()?;
-    Some((ppid, pgrp, sid))
 }
 
 /// A job-control stop signal (SIGTSTP, SIGTTIN, SIGTTOU) that `pid` has pending, at its
@@ -526,106 +431,6 @@ fn pending_stop_in_uninterruptible_wait(status: &str) -> Option<Signal> {
 
 fn is_job_control(sig: Signal) -> bool {
     matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
-}
-
-/// Stop this process with `sig` as the kernel would by default, until it is continued.
-pub fn stop_self(sig: Signal) {
-    with_default_action(sig, || {
-        let _ = nix::sys::signal::raise(sig);
-    });
-}
-
-/// Send `sig` to the wrapper's own process group, the wrapper acting on it by default.
-pub fn stop_group(sig: Signal) {
-    with_default_action(sig, || {
-        let _ = killpg(getpgrp(), sig);
-    });
-}
-
-/// Run `f` with the default action for `sig` installed, then put the previous one back.
-fn with_default_action(sig: Signal, f: impl FnOnce()) {
-    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
-    // SAFETY: installing SIG_DFL runs no code of ours; the previous action (a tokio handler,
-    // or SIG_IGN for SIGTTOU) is put back right after.
-    let old = unsafe { sigaction(sig, &default) };
-    f();
-    if let Ok(old) = old {
-        // SAFETY: restores the action that was installed before.
-        let _ = unsafe { sigaction(sig, &old) };
-    }
-}
-
-fn classify_spawn_error(err: io::Error) -> SpawnError {
-    match err.kind() {
-        io::ErrorKind::NotFound => SpawnError::NotFound(err),
-        _ => SpawnError::NotExecutable(err),
-    }
-}
-
-/// The wrapper's controlling terminal: one of stdin, stdout or stderr if any is a terminal,
-/// else `/dev/tty` (a job started with all three redirected is still a job of the terminal).
-enum Terminal {
-    Std(i32),
-    Opened(OwnedFd),
-}
-
-impl Terminal {
-    fn find() -> Option<Terminal> {
-        for fd in [libc::STDIN_FILENO, libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-            // SAFETY: fds 0-2 stay open for the process lifetime; borrowed for this call.
-            let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-            if std::io::IsTerminal::is_terminal(&borrowed) {
-                return Some(Terminal::Std(fd));
-            }
-        }
-        // No ctty (cron, CI, a daemon): ENXIO at once.
-        let tty = File::options()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOCTTY)
-            .open("/dev/tty")
-            .ok()?;
-        Some(Terminal::Opened(tty.into()))
-    }
-
-    fn raw(&self) -> i32 {
-        use std::os::fd::AsRawFd;
-        match self {
-            Terminal::Std(fd) => *fd,
-            Terminal::Opened(fd) => fd.as_raw_fd(),
-        }
-    }
-
-    /// The wrapper's group is the terminal's foreground group.
-    fn foreground_is_ours(&self) -> bool {
-        tcgetpgrp(self.as_fd()).is_ok_and(|fg| fg == getpgrp())
-    }
-}
-
-impl AsFd for Terminal {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        match self {
-            // SAFETY: fds 0-2 stay open for the process lifetime.
-            Terminal::Std(fd) => unsafe { BorrowedFd::borrow_raw(*fd) },
-            Terminal::Opened(fd) => fd.as_fd(),
-        }
-    }
-}
-
-use std::os::unix::fs::OpenOptionsExt;
-
-/// Make `group` the terminal's foreground group. Called from a background group (the child
-/// before exec, the wrapper afterwards), which would get SIGTTOU unless it is blocked.
-///
-/// Async-signal-safe syscalls only and no allocation, so it may run in the forked child
-/// before exec. Best effort: errors are ignored.
-fn give_terminal(tty: BorrowedFd<'_>, group: Pid) {
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGTTOU);
-    let mut old = SigSet::empty();
-    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old));
-    let _ = tcsetpgrp(tty, group);
-    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
 }
 
 /// Reap every exited process reparented to us. Only called once the leader has been reaped.

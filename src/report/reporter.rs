@@ -11,8 +11,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use super::sink;
 use crate::cli::LogFormat;
-use crate::sink;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -1,0 +1,14 @@
+//! The command as processes: spawned in its own group (and its own cgroup where the system
+//! allows), its whole tree tracked, signals forwarded, job control at a terminal.
+
+mod clone_into;
+mod job;
+mod signals;
+mod spawn;
+mod terminal;
+mod tree;
+
+pub use job::{become_subreaper, group_is_orphaned, Event, Job};
+pub use signals::Signals;
+pub use spawn::SpawnError;
+pub use tree::{Mode, Tree};
