@@ -127,6 +127,7 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -l hold-at-leas
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l min-replicas -x -d 'Replicas that must acknowledge the acquire and each renewal (Redis WAIT)'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l replica-timeout -x -d 'How long to wait for --min-replicas acknowledgements'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s c -l command -x -d 'Run SHELL_STRING with /bin/sh -c instead of a COMMAND after --'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l record-args -d 'Show the command\'s arguments in the holder record (see status) and in messages. Off: the program name only, as anyone who can read Redis can read the record'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s q -l quiet -d 'Print nothing for a busy lock'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s v -l verbose -d 'Report the acquire, renewals and the release'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'

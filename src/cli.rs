@@ -306,6 +306,12 @@ pub struct RunArgs {
     )]
     pub shell: Option<String>,
 
+    /// Show the command's arguments in the holder record (see status) and in messages. Off:
+    /// the program name only, as anyone who can read Redis can read the record.
+    #[arg(long, env = "REDLOCK_RECORD_ARGS", action = ArgAction::SetTrue,
+          value_parser = parse_switch, help_heading = "Command")]
+    pub record_args: bool,
+
     /// The command to run and its arguments, after --.
     #[arg(value_name = "COMMAND", trailing_var_arg = true, help_heading = "Command",
           action = ArgAction::Append)]

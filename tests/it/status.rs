@@ -40,6 +40,7 @@ fn status_json_while_held_and_when_free() {
     }
 
     let mut holder = Wrapper::on(&redis, "job")
+        .arg("--record-args")
         .sh("echo $REDLOCK_FENCE > fence; echo $$ > started; sleep 30")
         .current_dir(dir.path())
         .spawn();
@@ -181,6 +182,7 @@ fn status_text_escapes_what_other_hosts_wrote() {
     let redis = RedisServer::start();
     let dir = scratch();
     let mut holder = Wrapper::on(&redis, "k")
+        .arg("--record-args")
         .sh("touch held; sleep 30\n# \x1b[31mred")
         .current_dir(dir.path())
         .spawn();
