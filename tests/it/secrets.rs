@@ -140,3 +140,39 @@ fn the_holder_record_names_the_program_without_its_arguments() {
     assert!(out.stdout.contains("touch held; sleep 30 x"), "{out}");
     holder.signal(nix::sys::signal::Signal::SIGTERM);
 }
+
+/// A URL that a password with `/`, `#`, `?` or `@` breaks says how to write it, without
+/// showing the password.
+#[test]
+fn a_url_broken_by_its_password_hints_at_percent_encoding() {
+    for url in [
+        "redis://:Zq9/Xw7J@127.0.0.1:1",
+        "redis://user:Zq9#Xw7J@127.0.0.1:1",
+    ] {
+        let out = Wrapper::new()
+            .args(["--redis", url, "--key", "k", "--", "true"])
+            .run();
+        if out.code() == Some(2) && out.stderr.contains("cannot parse URL") {
+            out.expect_one_line();
+            out.expect_stderr_contains("percent-encoded");
+            out.expect_stderr_contains("--password-file");
+            assert!(
+                leaks(&out.stderr, "Zq9/Xw7J").is_none()
+                    && leaks(&out.stderr, "Zq9#Xw7J").is_none(),
+                "{out}"
+            );
+        }
+    }
+    let out = Wrapper::new()
+        .args([
+            "--redis",
+            "redis://:Zq9/Xw7J@127.0.0.1:1",
+            "--key",
+            "k",
+            "--",
+            "true",
+        ])
+        .run();
+    out.expect_code(2);
+    out.expect_stderr_contains("percent-encoded");
+}
