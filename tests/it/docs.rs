@@ -19,7 +19,12 @@ const GENERATED: [&str; 4] = [
 fn completions_and_man_page_are_fresh() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
-    fs::copy(root.join("README.md"), tmp.path().join("README.md")).unwrap();
+    fs::create_dir_all(tmp.path().join("docs")).unwrap();
+    fs::copy(
+        root.join("docs/guarantees.md"),
+        tmp.path().join("docs/guarantees.md"),
+    )
+    .unwrap();
     gen_docs::generate(tmp.path()).unwrap();
     let stale: Vec<&str> = GENERATED
         .into_iter()
@@ -44,6 +49,9 @@ fn man_page_has_the_sections_an_operator_needs() {
         "REDLOCK_FENCE",
         "REDLOCK_TTL",
         "PR_SET_PDEATHSIG",
+        ".SS \"Redlock\"",
+        ".SS \"Sentinel\"",
+        "What holds across a failover",
     ] {
         assert!(page.contains(needle), "man page lacks {needle:?}");
     }
@@ -118,8 +126,8 @@ fn man_page_entry_of_every_option_names_its_variable() {
     );
 }
 
-/// Text taken from the README is converted: no backtick, `**` or `*word*` reaches the page,
-/// and the README's emphasis is roff's (`*sent*` in italic).
+/// Text taken from docs/guarantees.md is converted: no backtick, `**` or `*word*` reaches the
+/// page, and its emphasis is roff's (`*sent*` in italic).
 #[test]
 fn man_page_has_no_markdown_left() {
     let page = man_page();
@@ -143,7 +151,7 @@ fn man_page_has_no_markdown_left() {
     }
     assert!(
         page.contains(r"\fIsent\fR the last successful SET"),
-        "*sent* from the README is not in italic"
+        "*sent* from docs/guarantees.md is not in italic"
     );
 }
 
