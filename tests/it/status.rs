@@ -264,3 +264,21 @@ fn options_before_status_belong_to_status() {
     out.expect_one_line();
     holder.signal(nix::sys::signal::Signal::SIGTERM);
 }
+
+/// `status` on a key that holds something else (a hash where the lock goes, a set where its
+/// holder record goes) says so in words, not with Redis's raw WRONGTYPE: exit 69, one line.
+#[test]
+fn status_of_a_key_of_another_type_says_what_is_wrong() {
+    let redis = RedisServer::start();
+    redis.cli(&["hset", "redlock:k", "a", "b"]);
+    redis.cli(&["set", "redlock:j", "x"]);
+    redis.cli(&["sadd", "{redlock:j}:holder", "x"]);
+    for key in ["k", "j"] {
+        let out = status(&redis, &["--key", key]);
+        out.expect_code(69);
+        out.expect_one_line();
+        assert!(!out.stderr.contains("WRONGTYPE"), "{out}");
+        out.expect_stderr_contains("not a redlock-run lock");
+        out.expect_stderr_contains("--prefix");
+    }
+}
