@@ -30,7 +30,7 @@ use clap::{Arg, ArgAction, Command, CommandFactory, ValueHint};
 use clap_mangen::Man;
 
 /// Sections of `docs/guarantees.md` copied into the man page: (heading, man page section).
-const README_SECTIONS: &[(&str, &str)] = &[
+const DOC_SECTIONS: &[(&str, &str)] = &[
     ("Guarantees and limits", "GUARANTEES AND LIMITS"),
     (
         "Choosing --ttl, --heartbeat and --grace",
@@ -862,7 +862,7 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
         )?;
     }
     write_environment(w, &cmd)?;
-    for (heading, section) in README_SECTIONS {
+    for (heading, section) in DOC_SECTIONS {
         if let Some(text) = markdown_section(readme, &format!("## {heading}")) {
             writeln!(w, ".SH \"{}\"", escape(section))?;
             write_markdown(w, &text)?;
@@ -1075,7 +1075,7 @@ fn sentence(s: &str) -> String {
 // markdown to roff
 // ---------------------------------------------------------------------------------------------
 
-/// The text of a README section, from its heading to the next `## ` heading.
+/// The text of a markdown section, from its heading to the next `## ` heading.
 fn markdown_section(readme: &str, heading: &str) -> Option<String> {
     let start = readme.find(&format!("{heading}\n"))? + heading.len();
     let rest = &readme[start..];
@@ -1165,9 +1165,7 @@ fn inline(s: &str) -> String {
         } else if let Some((text, target, after)) = link(rest) {
             let text = escape(&text.replace('`', ""));
             if let Some(anchor) = target.strip_prefix('#') {
-                let in_page = README_SECTIONS
-                    .iter()
-                    .any(|(h, _)| github_anchor(h) == anchor);
+                let in_page = DOC_SECTIONS.iter().any(|(h, _)| github_anchor(h) == anchor);
                 out.push_str(&format!("\\fI{text}\\fR"));
                 if !in_page {
                     out.push_str(" in docs/guarantees.md");
