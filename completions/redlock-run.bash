@@ -54,12 +54,12 @@ _redlock_run() {
     local opts long_values short_values
     case $sub in
     status)
-        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --json --log-format --help -k -r -h'
+        opts='--json --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
         long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
     *)
-        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
+        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --record-args --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
         long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --log-format '
         short_values='krtwEc'
         ;;

@@ -16,7 +16,7 @@
 //! - man page: title, NAME, DESCRIPTION and VERSION from clap_mangen; SYNOPSIS from
 //!   `cli::USAGE`; OPTIONS (grouped by help heading, each with its variable and default) and
 //!   STATUS written here from the clap definition; EXAMPLES, EXIT STATUS and ENVIRONMENT from
-//!   the tables in `cli`; two README sections converted from markdown.
+//!   the tables in `cli`; two sections of `docs/guarantees.md` converted from markdown.
 
 #[path = "../src/cli.rs"]
 #[allow(dead_code)]
@@ -29,8 +29,8 @@ use std::path::Path;
 use clap::{Arg, ArgAction, Command, CommandFactory, ValueHint};
 use clap_mangen::Man;
 
-/// README sections copied into the man page: (README heading, man page section).
-const README_SECTIONS: &[(&str, &str)] = &[
+/// Sections of `docs/guarantees.md` copied into the man page: (heading, man page section).
+const DOC_SECTIONS: &[(&str, &str)] = &[
     ("Guarantees and limits", "GUARANTEES AND LIMITS"),
     (
         "Choosing --ttl, --heartbeat and --grace",
@@ -43,7 +43,7 @@ fn main() -> std::io::Result<()> {
     generate(Path::new(&out))
 }
 
-/// Write the completions and man page under `out`, reading `out/README.md`.
+/// Write the completions and man page under `out`, reading `out/docs/guarantees.md`.
 pub fn generate(out: &Path) -> std::io::Result<()> {
     let completions = out.join("completions");
     let man_dir = out.join("man");
@@ -53,7 +53,7 @@ pub fn generate(out: &Path) -> std::io::Result<()> {
     fs::write(completions.join("redlock-run.bash"), bash_completion())?;
     fs::write(completions.join("_redlock-run"), zsh_completion())?;
     fs::write(completions.join("redlock-run.fish"), fish_completion())?;
-    let readme = fs::read_to_string(out.join("README.md")).unwrap_or_default();
+    let readme = fs::read_to_string(out.join("docs/guarantees.md")).unwrap_or_default();
     let mut page = Vec::new();
     write_man(&mut page, &readme)?;
     fs::write(man_dir.join("redlock-run.1"), page)
@@ -862,7 +862,7 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
         )?;
     }
     write_environment(w, &cmd)?;
-    for (heading, section) in README_SECTIONS {
+    for (heading, section) in DOC_SECTIONS {
         if let Some(text) = markdown_section(readme, &format!("## {heading}")) {
             writeln!(w, ".SH \"{}\"", escape(section))?;
             write_markdown(w, &text)?;
@@ -1075,7 +1075,7 @@ fn sentence(s: &str) -> String {
 // markdown to roff
 // ---------------------------------------------------------------------------------------------
 
-/// The text of a README section, from its heading to the next `## ` heading.
+/// The text of a markdown section, from its heading to the next `## ` heading.
 fn markdown_section(readme: &str, heading: &str) -> Option<String> {
     let start = readme.find(&format!("{heading}\n"))? + heading.len();
     let rest = &readme[start..];
@@ -1086,6 +1086,7 @@ fn markdown_section(readme: &str, heading: &str) -> Option<String> {
 /// Paragraphs, `- ` bullets and fenced code blocks of markdown as roff.
 fn write_markdown(w: &mut dyn Write, text: &str) -> std::io::Result<()> {
     enum Block {
+        Heading(String),
         Para(String),
         Bullet(String),
         Code(Vec<String>),
@@ -1113,6 +1114,9 @@ fn write_markdown(w: &mut dyn Write, text: &str) -> std::io::Result<()> {
         }
         if trimmed.is_empty() {
             open = false;
+        } else if let Some(heading) = trimmed.strip_prefix("### ") {
+            blocks.push(Block::Heading(heading.to_owned()));
+            open = false;
         } else if let Some(item) = trimmed.strip_prefix("- ") {
             blocks.push(Block::Bullet(item.to_owned()));
             open = true;
@@ -1128,6 +1132,7 @@ fn write_markdown(w: &mut dyn Write, text: &str) -> std::io::Result<()> {
     }
     for block in &blocks {
         match block {
+            Block::Heading(t) => writeln!(w, ".SS \"{}\"", escape(t))?,
             Block::Para(t) => writeln!(w, ".PP\n{}", line_guard(&inline(t)))?,
             Block::Bullet(t) => writeln!(w, ".IP \\(bu 2\n{}", line_guard(&inline(t)))?,
             Block::Code(lines) => {
@@ -1143,7 +1148,7 @@ fn write_markdown(w: &mut dyn Write, text: &str) -> std::io::Result<()> {
 }
 
 /// Markdown inline markup as roff: `**strong**` and `` `code` `` in bold, `*emphasis*` in
-/// italic, links as their text (a link to a README section not in the page says so).
+/// italic, links as their text (a link to a section or page not in the man page says where).
 fn inline(s: &str) -> String {
     let mut out = String::new();
     let mut rest = s;
@@ -1160,15 +1165,18 @@ fn inline(s: &str) -> String {
         } else if let Some((text, target, after)) = link(rest) {
             let text = escape(&text.replace('`', ""));
             if let Some(anchor) = target.strip_prefix('#') {
-                let in_page = README_SECTIONS
-                    .iter()
-                    .any(|(h, _)| github_anchor(h) == anchor);
+                let in_page = DOC_SECTIONS.iter().any(|(h, _)| github_anchor(h) == anchor);
                 out.push_str(&format!("\\fI{text}\\fR"));
                 if !in_page {
-                    out.push_str(" in the README");
+                    out.push_str(" in docs/guarantees.md");
                 }
-            } else {
+            } else if target.starts_with("http") {
                 out.push_str(&format!("{text} ({})", escape(target)));
+            } else {
+                // Another page of the repository: where to find it.
+                let page = target.split('#').next().unwrap_or(target);
+                let page = page.trim_start_matches("../");
+                out.push_str(&format!("\\fI{text}\\fR (see {})", escape(page)));
             }
             rest = after;
         } else {

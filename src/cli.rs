@@ -106,7 +106,6 @@ fn after_long_help() -> String {
     version,
     override_usage = USAGE,
     after_long_help = after_long_help(),
-    args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     max_term_width = 100
 )]
@@ -134,23 +133,23 @@ pub enum Sub {
     Status(StatusArgs),
 }
 
+/// `status`'s own options. Those of [`ConnArgs`] are global: given before `status` (as
+/// `alias rl='redlock-run --redis R'` does) or after it, and `Cli::conn` has them either way.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    #[command(flatten)]
-    pub conn: ConnArgs,
-
     /// Print one JSON object instead of text.
     #[arg(long, env = "REDLOCK_STATUS_JSON", action = ArgAction::SetTrue,
           value_parser = parse_switch)]
     pub json: bool,
 }
 
-/// Where the lock lives. Shared by the run and `status`.
+/// Where the lock lives. Shared by the run and `status`: global options, so that they may come
+/// before or after `status` (one given on both sides: the one after it wins).
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Lock and Redis")]
 pub struct ConnArgs {
     /// Lock name; the Redis key is PREFIX + KEY.
-    #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY")]
+    #[arg(short, long, global = true, env = "REDLOCK_KEY", value_name = "KEY")]
     pub key: Option<String>,
 
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://,
@@ -161,6 +160,7 @@ pub struct ConnArgs {
     #[arg(
         short,
         long,
+        global = true,
         env = "REDLOCK_REDIS",
         value_name = "URL",
         default_value = "redis://127.0.0.1:6379",
@@ -171,17 +171,23 @@ pub struct ConnArgs {
 
     /// Redlock: how many of the --redis masters must grant and renew the lock
     /// [default: more than half].
-    #[arg(long, env = "REDLOCK_QUORUM", value_name = "Q")]
+    #[arg(long, global = true, env = "REDLOCK_QUORUM", value_name = "Q")]
     pub quorum: Option<usize>,
 
     /// Read the Redis password from FILE (keeps it out of ps); wins over the URL's.
-    #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "REDLOCK_PASSWORD_FILE",
+        value_name = "FILE"
+    )]
     pub password_file: Option<PathBuf>,
 
     /// Prefix of the Redis key; '' uses KEY as it is (to share a lock with other SET NX
     /// clients).
     #[arg(
         long,
+        global = true,
         env = "REDLOCK_PREFIX",
         value_name = "P",
         default_value = "redlock:"
@@ -189,13 +195,14 @@ pub struct ConnArgs {
     pub prefix: String,
 
     /// Bound on connecting to Redis (the whole start) and on each reply.
-    #[arg(long, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", default_value = "5s",
+    #[arg(long, global = true, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", default_value = "5s",
           value_parser = parse_duration)]
     pub connect_timeout: Duration,
 
     /// TLS: trust the CA certificates in FILE (PEM) instead of the system's.
     #[arg(
         long,
+        global = true,
         env = "REDLOCK_TLS_CA_CERT",
         value_name = "FILE",
         help_heading = "TLS"
@@ -205,6 +212,7 @@ pub struct ConnArgs {
     /// TLS: present the client certificate in FILE (PEM); needs --tls-key.
     #[arg(
         long,
+        global = true,
         env = "REDLOCK_TLS_CERT",
         value_name = "FILE",
         help_heading = "TLS"
@@ -214,6 +222,7 @@ pub struct ConnArgs {
     /// TLS: the private key (PEM) of --tls-cert.
     #[arg(
         long,
+        global = true,
         env = "REDLOCK_TLS_KEY",
         value_name = "FILE",
         help_heading = "TLS"
@@ -298,6 +307,12 @@ pub struct RunArgs {
     )]
     pub shell: Option<String>,
 
+    /// Show the command's arguments in the holder record (see status) and in messages. Off:
+    /// the program name only, as anyone who can read Redis can read the record.
+    #[arg(long, env = "REDLOCK_RECORD_ARGS", action = ArgAction::SetTrue,
+          value_parser = parse_switch, help_heading = "Command")]
+    pub record_args: bool,
+
     /// The command to run and its arguments, after --.
     #[arg(value_name = "COMMAND", trailing_var_arg = true, help_heading = "Command",
           action = ArgAction::Append)]
@@ -351,8 +366,18 @@ pub enum Wait {
     Forever,
 }
 
+/// A duration: humantime (`500ms`, `30s`, `1h 30m`), or a bare number of seconds (`10`,
+/// `1.5`) as flock, timeout and sleep read it.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (examples: 500ms, 30s, 2m)"))
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        if s.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+            return Duration::try_from_secs_f64(secs)
+                .map_err(|_| format!("{s} seconds is out of range"));
+        }
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e} (examples: 500ms, 30s, 2m, 1h 30m; a bare number is seconds)"))
 }
 
 /// A switch from the environment: the usual spellings, and empty means off (as if unset).
@@ -367,7 +392,9 @@ fn parse_switch(s: &str) -> Result<bool, String> {
 fn parse_wait(s: &str) -> Result<Wait, String> {
     match s.trim() {
         "forever" | "inf" => Ok(Wait::Forever),
-        other => parse_duration(other).map(Wait::For),
+        other => parse_duration(other)
+            .map(Wait::For)
+            .map_err(|e| format!("{e}; for no limit use forever (or inf)")),
     }
 }
 
@@ -495,5 +522,19 @@ mod tests {
         assert_eq!(parse_wait("0"), Ok(Wait::For(Duration::ZERO)));
         assert_eq!(parse_wait("1m"), Ok(Wait::For(Duration::from_secs(60))));
         assert!(parse_wait("soon").is_err());
+        assert!(parse_wait("infinite").unwrap_err().contains("forever"));
+    }
+
+    /// A bare number is seconds, as for flock -w, timeout and sleep.
+    #[test]
+    fn a_bare_number_is_seconds() {
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration(" 30 "), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_wait("10"), Ok(Wait::For(Duration::from_secs(10))));
+        for bad in ["-1", "-1s", "NaN", "inf", "1e400", "abc", "+5"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }

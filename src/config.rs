@@ -552,18 +552,28 @@ fn command_from_args(run: &RunArgs) -> Result<Command, UsageError> {
                 program: "/bin/sh".into(),
                 args: vec!["-c".into(), shell_script(script).into()],
                 via_shell: true,
-                display: truncate(script, 200),
+                display: if run.record_args {
+                    truncate(script, 200)
+                } else {
+                    shown_script(script)
+                },
             })
         }
         (None, Some((program, args))) => {
             if program.is_empty() {
                 return Err(usage("the command after -- is empty"));
             }
-            let display = std::iter::once(program)
-                .chain(args)
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join(" ");
+            let display = if run.record_args {
+                std::iter::once(program)
+                    .chain(args)
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            } else if args.is_empty() {
+                program.to_string_lossy().into_owned()
+            } else {
+                format!("{} ...", program.to_string_lossy())
+            };
             Ok(Command {
                 program: program.clone(),
                 args: args.to_vec(),
@@ -574,6 +584,23 @@ fn command_from_args(run: &RunArgs) -> Result<Command, UsageError> {
         (None, None) => Err(usage(
             "no command: give one after -- (redlock-run --key K -- CMD ARGS) or use -c 'SHELL STRING'",
         )),
+    }
+}
+
+/// How a `-c` script is shown without `--record-args`: its first word, unless that is an
+/// assignment (`PGPASSWORD=...`) or holds anything but a plain program name.
+fn shown_script(script: &str) -> String {
+    let first = script.split_whitespace().next().unwrap_or_default();
+    let plain = !first.is_empty()
+        && first
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./+".contains(c));
+    if plain && script.trim() == first {
+        format!("sh -c '{first}'")
+    } else if plain {
+        format!("sh -c '{first} ...'")
+    } else {
+        "sh -c '...'".to_owned()
     }
 }
 

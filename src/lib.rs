@@ -110,6 +110,9 @@ fn parse_and_run() -> End {
         early_reporter().error("internal", msg);
         return exit::SOFTWARE.into();
     }
+    if std::env::args_os().len() <= 1 && std::env::var_os("REDLOCK_KEY").is_none() {
+        return bare_usage().into();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return clap_error(&err).into(),
@@ -138,7 +141,14 @@ fn parse_and_run() -> End {
         }
     };
     match &cli.subcommand {
-        Some(Sub::Status(args)) => match config::Target::from_args(&args.conn) {
+        Some(Sub::Status(_)) if cli.run.shell.is_some() || !cli.run.command.is_empty() => {
+            report.error(
+                "usage",
+                "error: status runs no command: drop -c, or put -- before a program named status",
+            );
+            exit::USAGE.into()
+        }
+        Some(Sub::Status(args)) => match config::Target::from_args(&cli.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);
                 warn_about(&target, &report);
@@ -205,10 +215,113 @@ fn clap_error(err: &clap::Error) -> u8 {
         _ => {
             let text = err.render().to_string();
             let first = text.lines().next().unwrap_or("error: bad usage");
-            early_reporter().error("usage", format_args!("{first}{}", from_environment(err)));
+            early_reporter().error(
+                "usage",
+                format_args!("{first}{}{}", from_environment(err), hint(err)),
+            );
             exit::USAGE
         }
     }
+}
+
+/// What clap prints on the lines after its first, folded into the one line: the flag or value
+/// meant (`did you mean '--key'?`), the values allowed, and the usage line.
+fn hint(err: &clap::error::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let mut out = String::new();
+    for kind in [ContextKind::SuggestedArg, ContextKind::SuggestedValue] {
+        match err.get(kind) {
+            Some(ContextValue::String(s)) => out.push_str(&format!("; did you mean '{s}'?")),
+            Some(ContextValue::Strings(v)) if !v.is_empty() => {
+                out.push_str(&format!("; did you mean '{}'?", v.join("' or '")));
+            }
+            _ => {}
+        }
+    }
+    if out.is_empty() && err.kind() == ErrorKind::UnknownArgument {
+        if let Some(ContextValue::String(typed)) = err.get(ContextKind::InvalidArg) {
+            if let Some(meant) = similar_option(typed) {
+                out.push_str(&format!("; did you mean '{meant}'?"));
+            }
+        }
+    }
+    if let Some(ContextValue::Strings(valid)) = err.get(ContextKind::ValidValue) {
+        if !valid.is_empty() {
+            out.push_str(&format!(" (possible values: {})", valid.join(", ")));
+        }
+    }
+    if matches!(
+        err.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::InvalidValue | ErrorKind::InvalidSubcommand
+    ) {
+        let usage = cli::USAGE.lines().next().unwrap_or_default();
+        out.push_str(&format!(" (Usage: {usage}; more: redlock-run --help)"));
+    }
+    out
+}
+
+/// The long option closest to a mistyped `--flag` (at most two letters added, dropped,
+/// changed or swapped), of a run or of `status`. clap finds none while a trailing command
+/// may follow.
+fn similar_option(typed: &str) -> Option<String> {
+    let typed = typed.split('=').next()?.strip_prefix("--")?;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    cmd.build();
+    let mut longs: Vec<String> = Vec::new();
+    for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
+        longs.extend(
+            c.get_arguments()
+                .filter_map(|a| a.get_long().map(str::to_owned)),
+        );
+    }
+    longs
+        .into_iter()
+        .map(|l| (edit_distance(typed, &l), l))
+        .filter(|(d, l)| *d <= 2.min(l.len() / 2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, l)| format!("--{l}"))
+}
+
+/// Edit distance with adjacent swaps (optimal string alignment).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    d[0] = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// A bare `redlock-run`: the usage forms, not an error about a missing flag.
+fn bare_usage() -> u8 {
+    let report = early_reporter();
+    if report.is_json() {
+        report.error(
+            "usage",
+            "error: no arguments: give --key KEY -- COMMAND (see --help)",
+        );
+    } else {
+        eprintln!(
+            "Usage: {}
+
+Run a command while holding a Redis lock. More: redlock-run --help",
+            cli::USAGE
+        );
+    }
+    exit::USAGE
 }
 
 /// A reporter for errors found before the arguments could be parsed: JSON if the command
@@ -290,4 +403,19 @@ fn enough_file_descriptors() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mistyped_options_find_the_one_meant() {
+        assert_eq!(similar_option("--kye").as_deref(), Some("--key"));
+        assert_eq!(similar_option("--wiat=5").as_deref(), Some("--wait"));
+        assert_eq!(similar_option("--jsno").as_deref(), Some("--json"));
+        assert_eq!(similar_option("--nothing-like-it"), None);
+        assert_eq!(edit_distance("ttl", "ttl"), 0);
+        assert_eq!(edit_distance("kye", "key"), 1);
+    }
 }

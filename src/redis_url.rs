@@ -66,7 +66,17 @@ pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
             .detail()
             .map(|d| format!("{}: {d}", e.category()))
             .unwrap_or_else(|| e.category().to_owned());
-        format!("--redis {shown}: cannot parse URL: {}", scrub(&detail, url))
+        // A password with `/`, `#`, `?` or `@` in it splits the URL in the wrong place.
+        let hint = if url.contains('@') {
+            "; a password holding / # ? or @ must be percent-encoded (%2F %23 %3F %40), \
+             or given with --password-file"
+        } else {
+            ""
+        };
+        format!(
+            "--redis {shown}: cannot parse URL: {}{hint}",
+            scrub(&detail, url)
+        )
     })
 }
 

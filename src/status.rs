@@ -48,6 +48,18 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
                 }
             }
         }
+        Err(e) if e.kind == lock::FailureKind::WrongType => {
+            report.error(
+                "unavailable",
+                format_args!(
+                    "Redis at {}: {} is not a redlock-run lock: it, or one of its companion keys \
+                     ({{KEY}}:holder, {{KEY}}:fence, ...), holds another type of value; check \
+                     --key and --prefix (nothing was changed)",
+                    e.server, target.key
+                ),
+            );
+            Ending::Unavailable
+        }
         Err(e) => {
             report.error("unavailable", &e);
             Ending::Unavailable

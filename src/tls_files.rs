@@ -34,6 +34,14 @@ pub fn check_client(cert: (&Path, &[u8]), key: (&Path, &[u8])) -> Result<(), Str
     })?;
     let provider = rustls::crypto::ring::default_provider();
     rustls::sign::CertifiedKey::from_der(chain, private, &provider).map_err(|e| {
+        if format!("{e:?}").contains("UnsupportedCertVersion") {
+            return format!(
+                "--tls-cert {}: an X.509 version 1 certificate, which TLS here refuses (the key \
+                 is not at fault); re-issue it as version 3, e.g. openssl x509 -req ... \
+                 -extfile <(printf 'basicConstraints=CA:FALSE')",
+                cert.0.display()
+            );
+        }
         format!(
             "--tls-cert {} and --tls-key {} do not go together: {e}",
             cert.0.display(),

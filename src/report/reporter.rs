@@ -71,6 +71,11 @@ impl Reporter {
         self
     }
 
+    /// Whether messages are JSON lines (`--log-format json`).
+    pub fn is_json(&self) -> bool {
+        self.format == LogFormat::Json
+    }
+
     pub fn verbose(&self) -> bool {
         self.verbose
     }

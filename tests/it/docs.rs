@@ -19,7 +19,12 @@ const GENERATED: [&str; 4] = [
 fn completions_and_man_page_are_fresh() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
-    fs::copy(root.join("README.md"), tmp.path().join("README.md")).unwrap();
+    fs::create_dir_all(tmp.path().join("docs")).unwrap();
+    fs::copy(
+        root.join("docs/guarantees.md"),
+        tmp.path().join("docs/guarantees.md"),
+    )
+    .unwrap();
     gen_docs::generate(tmp.path()).unwrap();
     let stale: Vec<&str> = GENERATED
         .into_iter()
@@ -44,6 +49,9 @@ fn man_page_has_the_sections_an_operator_needs() {
         "REDLOCK_FENCE",
         "REDLOCK_TTL",
         "PR_SET_PDEATHSIG",
+        ".SS \"Redlock\"",
+        ".SS \"Sentinel\"",
+        "What holds across a failover",
     ] {
         assert!(page.contains(needle), "man page lacks {needle:?}");
     }
@@ -118,8 +126,8 @@ fn man_page_entry_of_every_option_names_its_variable() {
     );
 }
 
-/// Text taken from the README is converted: no backtick, `**` or `*word*` reaches the page,
-/// and the README's emphasis is roff's (`*sent*` in italic).
+/// Text taken from docs/guarantees.md is converted: no backtick, `**` or `*word*` reaches the
+/// page, and its emphasis is roff's (`*sent*` in italic).
 #[test]
 fn man_page_has_no_markdown_left() {
     let page = man_page();
@@ -143,7 +151,7 @@ fn man_page_has_no_markdown_left() {
     }
     assert!(
         page.contains(r"\fIsent\fR the last successful SET"),
-        "*sent* from the README is not in italic"
+        "*sent* from docs/guarantees.md is not in italic"
     );
 }
 
@@ -213,4 +221,251 @@ fn parse_version(v: &str) -> (u32, u32, u32) {
         parts.next().unwrap_or(0),
         parts.next().unwrap_or(0),
     )
+}
+
+// ---------------------------------------------------------------------------------------------
+// the README and docs/ as a new user reads them
+// ---------------------------------------------------------------------------------------------
+
+fn read(path: &str) -> String {
+    fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The fenced code blocks of a markdown text: (info string, lines).
+fn code_blocks(md: &str) -> Vec<(String, Vec<String>)> {
+    let mut blocks = Vec::new();
+    let mut current: Option<(String, Vec<String>)> = None;
+    for line in md.lines() {
+        if let Some(info) = line.trim_start().strip_prefix("```") {
+            match current.take() {
+                Some(block) => blocks.push(block),
+                None => current = Some((info.trim().to_owned(), Vec::new())),
+            }
+        } else if let Some((_, lines)) = current.as_mut() {
+            lines.push(line.to_owned());
+        }
+    }
+    blocks
+}
+
+/// Shell words of `line` (quotes, backslashes, a `#` comment); None while a quote is open.
+fn shell_words(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        c => w.push(c),
+                    }
+                }
+            }
+            '"' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '\\' => w.push(chars.next()?),
+                        c => w.push(c),
+                    }
+                }
+            }
+            '\\' => word.get_or_insert_with(String::new).push(chars.next()?),
+            '#' if word.is_none() => break,
+            c if c.is_whitespace() => words.extend(word.take()),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    Some(words)
+}
+
+/// Every call of redlock-run in the README's and docs' code blocks, as argument lists (after
+/// the program name), with the block's first line (where cron and systemd name the file).
+fn calls(md: &str) -> Vec<(String, Vec<String>)> {
+    let mut found = Vec::new();
+    for (_, lines) in code_blocks(md) {
+        let title = lines.first().cloned().unwrap_or_default();
+        let mut pending = String::new();
+        for line in &lines {
+            // A JSON array (a Kubernetes `command:`).
+            if let Some(array) = line.trim().strip_prefix("command: ") {
+                let words: Vec<String> = array
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .split(", ")
+                    .map(|w| w.trim_matches('"').to_owned())
+                    .collect();
+                if words[0].ends_with("redlock-run") {
+                    found.push((title.clone(), words));
+                }
+                continue;
+            }
+            pending.push_str(line);
+            pending.push('\n');
+            let Some(words) = shell_words(&pending) else {
+                continue; // a quote spans lines
+            };
+            pending.clear();
+            // `ExecStart=/usr/local/bin/redlock-run ...`: the program after the `=`.
+            let words: Vec<String> = words
+                .into_iter()
+                .map(|w| match w.split_once('=') {
+                    Some((_, p)) if p.ends_with("redlock-run") => p.to_owned(),
+                    _ => w,
+                })
+                .skip_while(|w| !w.ends_with("redlock-run"))
+                .collect();
+            // A synopsis (`--key <KEY>`) is no command line.
+            let synopsis = words.iter().any(|w| w.starts_with('<'));
+            if words.first().is_some_and(|w| w.ends_with("redlock-run")) && !synopsis {
+                found.push((title.clone(), words));
+            }
+        }
+    }
+    found
+}
+
+/// Every redlock-run command line in the README and docs/ parses as written, a cron line or
+/// systemd unit names the binary by its full path (cron's PATH is /usr/bin:/bin), and the
+/// Kubernetes Job does not fail on a busy lock.
+#[test]
+fn readme_examples_are_correct_as_written() {
+    use clap::Parser;
+    let mut checked = 0;
+    for page in [
+        "README.md",
+        "docs/reference.md",
+        "docs/guarantees.md",
+        "docs/install.md",
+    ] {
+        for (title, words) in calls(&read(page)) {
+            let parsed = redlock_run::cli::Cli::try_parse_from(&words);
+            assert!(
+                parsed.is_ok(),
+                "{page}: `{}` does not parse: {}",
+                words.join(" "),
+                parsed.unwrap_err()
+            );
+            if title.contains("/etc/cron.d/") || title.contains("/etc/systemd/") {
+                assert!(
+                    words[0].starts_with('/'),
+                    "{page}: {title}: call redlock-run by its full path: {}",
+                    words.join(" ")
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 15, "only {checked} command lines found");
+
+    let readme = read("README.md");
+    let k8s: Vec<Vec<String>> = calls(&readme)
+        .into_iter()
+        .filter(|(t, _)| t.starts_with("apiVersion"))
+        .map(|(_, w)| w)
+        .collect();
+    assert_eq!(k8s.len(), 1, "one Kubernetes example");
+    let cmd = k8s[0].join(" ");
+    assert!(
+        cmd.starts_with('/') && (cmd.contains(" -E 0 ") || cmd.contains("--conflict-exit-code 0")),
+        "the CronJob must exit 0 on a busy lock, by the binary's full path: {cmd}"
+    );
+    // The GitHub Actions job installs the binary before it uses it.
+    let actions = code_blocks(&readme)
+        .into_iter()
+        .find(|(_, l)| l.iter().any(|l| l.contains("runs-on:")))
+        .expect("a GitHub Actions example")
+        .1
+        .join("\n");
+    let install = actions.find("cargo install").expect("an install step");
+    assert!(
+        install < actions.find("run: redlock-run").unwrap(),
+        "{actions}"
+    );
+    // The container recipe: a Dockerfile around the static build, named in the README.
+    let dockerfile = read("Dockerfile");
+    assert!(
+        dockerfile.contains("scripts/build-static")
+            && (dockerfile.contains("FROM scratch") || dockerfile.contains("distroless")),
+        "{dockerfile}"
+    );
+    assert!(readme.contains("](Dockerfile)") && readme.contains("static build"));
+}
+
+/// The two set-up commands open the README; the reference material lives in docs/ pages
+/// linked from it, every relative link (and its #anchor) resolves, and no page tells the
+/// project's own history.
+#[test]
+fn readme_starts_with_the_two_commands_and_links_resolve() {
+    let readme = read("README.md");
+    let first = &code_blocks(&readme)[0].1;
+    assert!(
+        first[1].starts_with("cargo run --release -- --key demo -- echo")
+            && first.iter().any(|l| l == "scripts/test"),
+        "{first:?}"
+    );
+    assert!(
+        readme.lines().count() < 400,
+        "the README is for users; reference material goes to docs/"
+    );
+    let guarantees = read("docs/guarantees.md");
+    assert!(guarantees.contains("What holds across a failover"));
+    let pages = [
+        "README.md",
+        "docs/reference.md",
+        "docs/guarantees.md",
+        "docs/install.md",
+        "docs/performance.md",
+    ];
+    for page in pages {
+        let text = read(page);
+        for needle in ["this session", "issue 1", "issue 2", "issue #"] {
+            assert!(
+                !text.to_lowercase().contains(needle),
+                "{page} tells history: {needle:?}"
+            );
+        }
+        let dir = Path::new(page).parent().unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("](") {
+            rest = &rest[i + 2..];
+            let target = &rest[..rest.find(')').unwrap()];
+            if target.starts_with("http") {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let file = if file.is_empty() {
+                Path::new(page).to_path_buf()
+            } else {
+                dir.join(file)
+            };
+            let file = file.to_string_lossy().replace("docs/../", "");
+            let linked = read(&file);
+            if !anchor.is_empty() {
+                let anchors: Vec<String> = linked
+                    .lines()
+                    .filter(|l| l.starts_with('#'))
+                    .map(|l| gh_anchor(l.trim_start_matches('#').trim()))
+                    .collect();
+                assert!(
+                    anchors.iter().any(|a| a == anchor),
+                    "{page}: link {target}: no such heading in {file}"
+                );
+            }
+        }
+    }
+}
+
+fn gh_anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
 }

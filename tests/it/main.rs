@@ -15,7 +15,8 @@
 //! - `signals`: forwarding to the command, a second TERM, a signal while waiting for the lock.
 //! - `child`: exit status passthrough, 126/127, the `REDLOCK_*` variables, stdio,
 //!   `--max-runtime` (also after a forwarded INT or TERM).
-//! - `usage`: bad command lines exit 2 without running anything or touching Redis.
+//! - `usage`: bad command lines exit 2 without running anything or touching Redis; typos get
+//!   a hint, a bare number is seconds.
 //! - `queue`: fair waiting: runs with `--wait` served in arrival order, a killed waiter's
 //!   place expires, a waiter that gives up leaves, `--wait 0` never queues, `status`.
 //! - `redis_errors`: unreachable or frozen Redis, authentication, wrong key type, read-only
@@ -40,7 +41,9 @@
 //! - `tree`: the command's whole process tree (`setsid`, `timeout(1)`, double forks) is
 //!   stopped, in the cgroup and the /proc modes, and with a cgroup after a wrapper SIGKILL.
 //! - `docs`: the committed completions and man page are up to date; the man page documents
-//!   every option, its variable and `status`; `--help` shows the usage forms.
+//!   every option, its variable and `status`; `--help` shows the usage forms; every command
+//!   line of the README and docs/ parses, cron and systemd call the binary by its full path,
+//!   the Kubernetes Job survives a busy lock, links and anchors resolve.
 //! - `completion`: the bash, zsh and fish completions, run in those shells (zsh on a
 //!   pseudo-terminal): options of a run and of `status`, option values, commands after `--`
 //!   and the command's own completion.

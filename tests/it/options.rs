@@ -211,12 +211,16 @@ fn switches_from_the_environment_take_the_usual_spellings() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// `redlock-run --key k status` runs a program called `status`: the message says where the
+/// `redlock-run --key k status` is the subcommand, the options before it included; a program
+/// called `status` runs after `--`, and when it is not found the message says where the
 /// subcommand goes. `status --help` does not offer -q and -v, which do nothing there.
 #[test]
 fn the_status_subcommand_is_found_where_users_put_it() {
     let redis = RedisServer::start();
     let out = Wrapper::on(&redis, "k").arg("status").run();
+    out.expect_code(0);
+    assert_eq!(out.stdout.trim(), "redlock:k: free", "{out}");
+    let out = Wrapper::on(&redis, "k").args(["--", "status"]).run();
     out.expect_code(127);
     out.expect_stderr_contains("put the subcommand first: redlock-run status --key K");
     let help = Wrapper::new().args(["status", "--help"]).run();

@@ -70,3 +70,109 @@ fn no_message_shows_any_part_of_a_password() {
         failures.join("\n\n")
     );
 }
+
+/// The holder record is readable by anyone who can read Redis: by default it names the
+/// program only, never an argument (`--password=hunter2`), for a command after `--` and for
+/// `-c`; `--record-args` (REDLOCK_RECORD_ARGS) opts in to the whole command line.
+#[test]
+fn the_holder_record_names_the_program_without_its_arguments() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let status = |key: &str| {
+        Wrapper::new()
+            .args(["status", "--redis", &redis.url(), "--key", key, "--json"])
+            .run()
+    };
+    let forms: &[(&[&str], &str, &str)] = &[
+        (
+            &[
+                "--",
+                "sh",
+                "-c",
+                "touch held; sleep 30",
+                "--password=hunter2",
+            ],
+            "a",
+            "\"sh ...\"",
+        ),
+        (
+            &["-c", "touch held; sleep 30 # --password=hunter2"],
+            "b",
+            "\"sh -c 'touch ...'\"",
+        ),
+        (
+            &["-c", "PGPASSWORD=hunter2 sh -c 'touch held; sleep 30'"],
+            "c",
+            "\"sh -c '...'\"",
+        ),
+    ];
+    for (args, key, shown) in forms {
+        let mut holder = Wrapper::on(&redis, key)
+            .args(*args)
+            .current_dir(dir.path())
+            .spawn();
+        holder.wait_for_file(&dir.path().join("held"), secs(10));
+        std::fs::remove_file(dir.path().join("held")).unwrap();
+        let out = status(key);
+        out.expect_code(0);
+        let record = redis.cli(&["HGETALL", &format!("{{redlock:{key}}}:holder")]);
+        assert!(
+            !out.stdout.contains("hunter2") && !record.contains("hunter2"),
+            "{args:?}: an argument reached Redis:\n{record}\n{out}"
+        );
+        assert_eq!(json_field(out.stdout.trim(), "command"), *shown, "{out}");
+        holder.signal(nix::sys::signal::Signal::SIGTERM);
+        holder.wait(secs(10));
+    }
+    let mut holder = Wrapper::on(&redis, "d")
+        .args([
+            "--record-args",
+            "--",
+            "sh",
+            "-c",
+            "touch held; sleep 30",
+            "x",
+        ])
+        .current_dir(dir.path())
+        .spawn();
+    holder.wait_for_file(&dir.path().join("held"), secs(10));
+    let out = status("d");
+    assert!(out.stdout.contains("touch held; sleep 30 x"), "{out}");
+    holder.signal(nix::sys::signal::Signal::SIGTERM);
+}
+
+/// A URL that a password with `/`, `#`, `?` or `@` breaks says how to write it, without
+/// showing the password.
+#[test]
+fn a_url_broken_by_its_password_hints_at_percent_encoding() {
+    for url in [
+        "redis://:Zq9/Xw7J@127.0.0.1:1",
+        "redis://user:Zq9#Xw7J@127.0.0.1:1",
+    ] {
+        let out = Wrapper::new()
+            .args(["--redis", url, "--key", "k", "--", "true"])
+            .run();
+        if out.code() == Some(2) && out.stderr.contains("cannot parse URL") {
+            out.expect_one_line();
+            out.expect_stderr_contains("percent-encoded");
+            out.expect_stderr_contains("--password-file");
+            assert!(
+                leaks(&out.stderr, "Zq9/Xw7J").is_none()
+                    && leaks(&out.stderr, "Zq9#Xw7J").is_none(),
+                "{out}"
+            );
+        }
+    }
+    let out = Wrapper::new()
+        .args([
+            "--redis",
+            "redis://:Zq9/Xw7J@127.0.0.1:1",
+            "--key",
+            "k",
+            "--",
+            "true",
+        ])
+        .run();
+    out.expect_code(2);
+    out.expect_stderr_contains("percent-encoded");
+}

@@ -40,6 +40,7 @@ fn status_json_while_held_and_when_free() {
     }
 
     let mut holder = Wrapper::on(&redis, "job")
+        .arg("--record-args")
         .sh("echo $REDLOCK_FENCE > fence; echo $$ > started; sleep 30")
         .current_dir(dir.path())
         .spawn();
@@ -181,6 +182,7 @@ fn status_text_escapes_what_other_hosts_wrote() {
     let redis = RedisServer::start();
     let dir = scratch();
     let mut holder = Wrapper::on(&redis, "k")
+        .arg("--record-args")
         .sh("touch held; sleep 30\n# \x1b[31mred")
         .current_dir(dir.path())
         .spawn();
@@ -193,4 +195,90 @@ fn status_text_escapes_what_other_hosts_wrote() {
     assert!(!out.stdout.contains('\x1b'), "{out}");
     assert!(out.stdout.contains("\\n"), "{out}");
     holder.signal(nix::sys::signal::Signal::SIGTERM);
+}
+
+/// The options of a run may come before `status` too (`alias rl='redlock-run --redis R'`,
+/// then `rl status --key k`), as git's and kubectl's global options do; a program named
+/// `status` still runs after `--`.
+#[test]
+fn options_before_status_belong_to_status() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let url = redis.url();
+    let mut holder = Wrapper::on(&redis, "k")
+        .sh("touch held; sleep 30")
+        .current_dir(dir.path())
+        .spawn();
+    holder.wait_for_file(&dir.path().join("held"), secs(10));
+    let held_by = format!("held by {} pid {}", hostname(), holder.pid);
+    let forms: &[&[&str]] = &[
+        &["--redis", &url, "status", "--key", "k"],
+        &["--redis", &url, "--key", "k", "status"],
+        &["--key", "k", "status", "--redis", &url],
+        &[
+            "--log-format",
+            "json",
+            "status",
+            "--redis",
+            &url,
+            "--key",
+            "k",
+        ],
+        &["-v", "--redis", &url, "status", "--key", "k"],
+        &[
+            "-q", "--ttl", "1m", "--wait", "10s", "-r", &url, "status", "-k", "k",
+        ],
+        &[
+            "--redis", &url, "--prefix", "redlock:", "status", "--key", "k",
+        ],
+    ];
+    for args in forms {
+        let out = Wrapper::new().args(*args).current_dir(dir.path()).run();
+        out.expect_code(0);
+        assert!(out.stdout.contains(&held_by), "{args:?}:\n{out}");
+    }
+    let json = Wrapper::new()
+        .args(["-r", &url, "-k", "k", "status", "--json"])
+        .run();
+    json.expect_code(0);
+    assert_eq!(json_field(json.stdout.trim(), "held"), "true", "{json}");
+
+    // The same option before and after `status`: the one after it wins, as in git.
+    let out = Wrapper::new()
+        .args(["--key", "other", "--redis", &url, "status", "--key", "k"])
+        .run();
+    out.expect_code(0);
+    assert!(out.stdout.contains(&held_by), "{out}");
+
+    // A run's command named `status` still runs after `--` (here: not found, 127).
+    let out = Wrapper::new()
+        .args(["--redis", &url, "--key", "free", "--", "status"])
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(127);
+    // -c with `status` is no run and no status: a usage error, not a run of `status`.
+    let out = Wrapper::new()
+        .args(["--redis", &url, "-c", "true", "status", "--key", "k"])
+        .run();
+    out.expect_code(2);
+    out.expect_one_line();
+    holder.signal(nix::sys::signal::Signal::SIGTERM);
+}
+
+/// `status` on a key that holds something else (a hash where the lock goes, a set where its
+/// holder record goes) says so in words, not with Redis's raw WRONGTYPE: exit 69, one line.
+#[test]
+fn status_of_a_key_of_another_type_says_what_is_wrong() {
+    let redis = RedisServer::start();
+    redis.cli(&["hset", "redlock:k", "a", "b"]);
+    redis.cli(&["set", "redlock:j", "x"]);
+    redis.cli(&["sadd", "{redlock:j}:holder", "x"]);
+    for key in ["k", "j"] {
+        let out = status(&redis, &["--key", key]);
+        out.expect_code(69);
+        out.expect_one_line();
+        assert!(!out.stderr.contains("WRONGTYPE"), "{out}");
+        out.expect_stderr_contains("not a redlock-run lock");
+        out.expect_stderr_contains("--prefix");
+    }
 }

@@ -306,3 +306,71 @@ fn arguments_that_are_not_utf8_do_not_panic() {
     }
     drop(redis);
 }
+
+/// A mistyped flag or value gets a hint: the flag meant, the values allowed, the usage line;
+/// a bare `redlock-run` prints the short usage. Still one line (or the usage block) and exit 2.
+#[test]
+fn typos_get_a_hint_and_the_usage() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--kye", "k", "--", "true"],
+            &["'--key'", "Usage: redlock-run"],
+        ),
+        (
+            &["--key", "k", "--log-format", "jsn", "--", "true"],
+            &["text, json", "Usage: redlock-run"],
+        ),
+        (
+            &["--key", "k", "--wait", "infinite", "--", "true"],
+            &["forever"],
+        ),
+        (
+            &["--key", "k", "--ttl", "30x", "--", "true"],
+            &["bare number is seconds"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let out = Wrapper::new().args(["--redis", &url]).args(*args).run();
+        out.expect_code(2);
+        out.expect_one_line();
+        for needle in *needles {
+            assert!(
+                out.stderr.contains(needle),
+                "{args:?}: no {needle:?}\n{out}"
+            );
+        }
+    }
+    let bare = Wrapper::new().run();
+    bare.expect_code(2);
+    assert!(
+        bare.stderr
+            .contains("Usage: redlock-run [OPTIONS] --key <KEY> -- <COMMAND>")
+            && bare.stderr.contains("--help"),
+        "{bare}"
+    );
+    assert_eq!(redis.dbsize(), 0);
+}
+
+/// A bare number is seconds for every duration (`-w 10`, `--ttl 30`), as for flock and timeout.
+#[test]
+fn a_bare_number_of_seconds_is_a_duration() {
+    let redis = RedisServer::start();
+    let out = Wrapper::on(&redis, "k")
+        .args([
+            "-w",
+            "10",
+            "--ttl",
+            "30",
+            "--grace",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo $REDLOCK_TTL_MS",
+        ])
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.stdout.trim(), "30000", "{out}");
+}
