@@ -129,6 +129,8 @@ struct Attempt {
     b: Option<i32>,
     /// The longest time both commands ran at once.
     overlap_ms: Option<f64>,
+    /// From the end of the first command to the start of the second (negative: overlap).
+    gap_ms: Option<f64>,
     /// Why the attempt failed (two holders, a fence not growing, B not exiting 0).
     failure: Option<String>,
 }
@@ -176,13 +178,17 @@ fn reproduction_attempt() -> Attempt {
     let a_out = a.wait(secs(30));
     let b_out = b.wait(secs(60));
     let runs = history::read(dir.path());
+    let gap_ms = match &runs[..] {
+        [first, second] => Some((second.start as f64 - first.end as f64) / 1e6),
+        _ => None,
+    };
     let overlap_ms = history::overlaps(&runs)
         .iter()
         .map(|(_, _, ns)| *ns as f64 / 1e6)
         .reduce(f64::max);
     let mut failure = history::check(&runs).err();
     if b_out.code() != Some(0) && failure.is_none() {
-        failure = Some("B did not exit 0".into());
+        failure = Some("B did not exit 0 (a waiter rides out a failover)".into());
     }
     let failure = failure.map(|f| format!("{f}\nA: {a_out}\nB: {b_out}"));
     Attempt {
@@ -191,6 +197,7 @@ fn reproduction_attempt() -> Attempt {
         a: a_out.code(),
         b: b_out.code(),
         overlap_ms,
+        gap_ms,
         failure,
     }
 }
@@ -216,7 +223,10 @@ fn reproduction() {
             at.b,
             match at.overlap_ms {
                 Some(ms) => format!("TWO HOLDERS for {ms:.1} ms"),
-                None => "no overlap".into(),
+                None => match at.gap_ms {
+                    Some(ms) => format!("no overlap (B started {ms:.0} ms after A ended)"),
+                    None => "no overlap".into(),
+                },
             },
             t.elapsed().as_secs_f64()
         ));
