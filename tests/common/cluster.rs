@@ -315,11 +315,10 @@ impl Cluster {
     }
 
     /// Kill master `m` (SIGKILL) and wait until a replica of it serves its slots and every
-    /// live node agrees. Returns the index of the promoted replica.
+    /// live node agrees. Returns the index of the promoted replica. The replicas are those
+    /// that say so (`ROLE`), so `m` may be a replica promoted earlier.
     pub fn kill_and_fail_over(&mut self, m: usize) -> usize {
-        let replicas: Vec<usize> = (self.masters..self.nodes.len())
-            .filter(|&r| r % self.masters == m)
-            .collect();
+        let replicas: Vec<usize> = self.live().filter(|&r| self.follows(r, m)).collect();
         assert!(!replicas.is_empty(), "master {m} has no replica");
         self.nodes[m].kill();
         self.dead[m] = true;
@@ -336,6 +335,35 @@ impl Cluster {
         });
         self.wait_ready("the cluster to agree after the failover");
         promoted.unwrap()
+    }
+}
+
+impl Cluster {
+    /// A live replica of master `m` (as its `ROLE` says), if any.
+    pub fn replica_of(&self, m: usize) -> Option<usize> {
+        self.live().find(|&r| self.follows(r, m))
+    }
+
+    /// Whether node `r` says (`ROLE`) that it is a replica of node `m`.
+    fn follows(&self, r: usize, m: usize) -> bool {
+        let role = self.nodes[r].cli(&["ROLE"]);
+        let lines: Vec<&str> = role.lines().collect();
+        r != m
+            && lines.first() == Some(&"slave")
+            && lines.get(2) == Some(&&*self.nodes[m].port().to_string())
+    }
+
+    /// Starts a killed node again on its port, with its cluster config (`nodes.conf` in its
+    /// dir) but no data: it rejoins as a replica of the master that took its slots. Waits
+    /// until its replication link is up and the cluster agrees.
+    pub fn restart_node(&mut self, i: usize) {
+        self.nodes[i].restart();
+        self.dead[i] = false;
+        wait_until(READY, "the restarted node to sync as a replica", || {
+            let info = self.nodes[i].cli(&["INFO", "replication"]);
+            info.contains("role:slave") && info.contains("master_link_status:up")
+        });
+        self.wait_ready("the cluster to agree after the restart");
     }
 }
 

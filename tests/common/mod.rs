@@ -22,6 +22,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod history;
 pub mod proxy;
 pub mod quorum;
 pub mod sentinel;

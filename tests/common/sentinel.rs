@@ -7,7 +7,9 @@
 //!   Ready when every replica's link is up and every sentinel knows the master, all its
 //!   replicas and the other sentinels: waited for on those events, never a fixed sleep.
 //! - [`SentinelSet::wait_for_failover`]: after the master was killed, waits until every live
-//!   sentinel names a new master and that server says it is one.
+//!   sentinel names a new master and that server says it is one. [`SentinelSet::manual_failover`],
+//!   [`SentinelSet::named_masters`] and [`SentinelSet::wait_replica_online`] watch the steps of
+//!   one (tests/it/failover.rs).
 //! - `REDIS_SERVER_BIN` is honoured (`redis-server --sentinel` works for Redis 6.2, 7.0 and
 //!   Valkey). `Drop` kills every process (the data nodes through their own `RedisServer`).
 
@@ -337,6 +339,41 @@ impl SentinelSet {
             .filter(|s| s.is_running())
             .find_map(|s| self.named_master(s.port))
             .unwrap_or_else(|| panic!("no sentinel names a master\n{}", self.logs()))
+    }
+
+    /// What each live sentinel names as the master now (`None`: no answer).
+    pub fn named_masters(&self) -> Vec<Option<u16>> {
+        self.sentinels
+            .iter()
+            .filter(|s| s.is_running())
+            .map(|s| self.named_master(s.port))
+            .collect()
+    }
+
+    /// Asks the first live sentinel for a manual failover (`SENTINEL FAILOVER`); panics
+    /// unless it says OK.
+    pub fn manual_failover(&self) {
+        let s = self
+            .sentinels
+            .iter()
+            .find(|s| s.is_running())
+            .expect("a sentinel");
+        let reply = self.sentinel_cli(s.port, &["SENTINEL", "FAILOVER", MASTER_NAME]);
+        assert_eq!(
+            reply.as_deref(),
+            Some("OK"),
+            "SENTINEL FAILOVER\n{}",
+            self.logs()
+        );
+    }
+
+    /// Waits until the node on `master` lists the node on `replica` as an online replica
+    /// (data nodes without a password).
+    pub fn wait_replica_online(&self, master: u16, replica: u16) {
+        let needle = format!("port={replica},state=online");
+        self.wait(READY, "the replica online on the master", || {
+            cli_at(master, None, &["INFO", "replication"]).is_some_and(|i| i.contains(&needle))
+        });
     }
 
     fn named_master(&self, sentinel_port: u16) -> Option<u16> {

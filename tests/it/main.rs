@@ -51,6 +51,11 @@
 //!   failover while a command runs (no second holder), a restarted old master never used,
 //!   a demoted master, fences across a failover, bad URLs, passwords of data nodes and
 //!   sentinels, `rediss+sentinel://` (TLS to the data nodes; Redis 7.0 only).
+//! - `failover`: issue 18, with `--min-replicas 1`: a run that locks on the old master in the
+//!   window of a manual failover and one on the new master never run at once; kill -9 and
+//!   SIGSTOP of the master while a run holds; waiters ride out a failover (exit 0, not 69);
+//!   queue places left on the old master; a slow chaos test over Sentinel and Cluster with a
+//!   history checker (`--ignored`, run in CI).
 //! - `harness`: sanity checks of the harness itself.
 //! - `quorum`: Redlock over N masters: a node down, frozen or restarted empty, no quorum
 //!   (exit 69, nothing left), the fence write-back against a counter far ahead, busy,
@@ -69,6 +74,7 @@ mod child;
 mod cluster;
 mod completion;
 mod docs;
+mod failover;
 mod fencing;
 mod hardening;
 mod harness;
