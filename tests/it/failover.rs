@@ -121,8 +121,10 @@ fn wait_promoted(set: &SentinelSet) -> usize {
 
 /// What one attempt of the reproduction saw.
 struct Attempt {
-    /// A locked on the old master X after the replica Y said ROLE master.
+    /// A asked for the lock on the old master X after the replica Y said ROLE master, and
+    /// locked there (a failure) or was refused because Y lacked the grant.
     hit: bool,
+    refused: bool,
     /// Every sentinel still named X just after A was started.
     named_x: bool,
     a: Option<i32>,
@@ -160,7 +162,7 @@ fn reproduction_attempt() -> Attempt {
     if dir.path().join("a.pid").exists() {
         a.child_pid(&dir.path().join("a.pid"), secs(5));
     }
-    let hit = on_x.exists()
+    let on_old_master = on_x.exists()
         && fs::read_to_string(&on_x).unwrap_or_default().trim()
             == read_trimmed(&dir.path().join("a.token"));
 
@@ -177,6 +179,10 @@ fn reproduction_attempt() -> Attempt {
         .spawn();
     let a_out = a.wait(secs(30));
     let b_out = b.wait(secs(60));
+    // Refused because the promoted replica lacked A's grant: the window was hit and closed.
+    let refused =
+        a_out.code() == Some(69) && a_out.stderr.contains("which the sentinels could promote");
+    let hit = on_old_master || refused;
     let runs = history::read(dir.path());
     let gap_ms = match &runs[..] {
         [first, second] => Some((second.start as f64 - first.end as f64) / 1e6),
@@ -187,12 +193,18 @@ fn reproduction_attempt() -> Attempt {
         .map(|(_, _, ns)| *ns as f64 / 1e6)
         .reduce(f64::max);
     let mut failure = history::check(&runs).err();
+    if on_old_master && failure.is_none() {
+        // Y, the new master, never saw that grant: any run on Y could take the lock while
+        // A's command runs (here B waited only because Y also needs the demoted X).
+        failure = Some("A locked on the old master after the promotion".into());
+    }
     if b_out.code() != Some(0) && failure.is_none() {
         failure = Some("B did not exit 0 (a waiter rides out a failover)".into());
     }
     let failure = failure.map(|f| format!("{f}\nA: {a_out}\nB: {b_out}"));
     Attempt {
         hit,
+        refused,
         named_x,
         a: a_out.code(),
         b: b_out.code(),
@@ -202,9 +214,11 @@ fn reproduction_attempt() -> Attempt {
     }
 }
 
-/// Issue 18's reproduction (see the module notes). Prints how many attempts hit the window
-/// (A locked on the old master after the new one was promoted): an attempt that missed it
-/// proves nothing.
+/// Issue 18's reproduction (see the module notes). A run that asks the old master for the
+/// lock after a replica was promoted must be refused (the promoted replica lacks the grant);
+/// one locked there is a failure even when the next run happens not to overlap it. Prints
+/// how many attempts hit the window: an attempt that missed it proves nothing, and at least
+/// one must hit it.
 #[test]
 fn reproduction() {
     let attempts = env_count("REDLOCK_TEST_FAILOVER_ATTEMPTS", 3).max(1);
@@ -217,7 +231,11 @@ fn reproduction() {
         say(&format!(
             "failover::reproduction attempt {n}/{attempts}: A on the old master after the \
              promotion: {}, sentinels still named it: {}, A exit {:?}, B exit {:?}, {} ({:.1} s)",
-            if at.hit { "yes" } else { "no" },
+            match (at.hit, at.refused) {
+                (true, true) => "refused (the promoted replica lacked the grant)",
+                (true, false) => "LOCKED THERE",
+                _ => "no",
+            },
             if at.named_x { "yes" } else { "no" },
             at.a,
             at.b,
@@ -243,6 +261,10 @@ fn reproduction() {
         "{} of {attempts} attempts failed ({hits} hit the window):\n{}",
         failures.len(),
         failures.join("\n\n")
+    );
+    assert!(
+        hits > 0,
+        "no attempt hit the window: the test proved nothing"
     );
 }
 

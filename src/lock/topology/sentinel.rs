@@ -18,8 +18,8 @@
 //!   server too: after a failover the old master, still up, keeps taking writes for seconds
 //!   until the sentinels demote it, but its replicas have already left it.
 //! - **Acknowledged by every replica that could be promoted.** With `--min-replicas`, a
-//!   grant or renewal counts only if each replica the sentinels list, do not see as down and
-//!   would promote has its write (`ROLE` offsets around a `WAIT`, `Server::script_confirmed`),
+//!   grant or renewal counts only if each replica the sentinels could promote (the one being
+//!   promoted; any other not flagged down, answering pings, priority not 0) has its write (`ROLE` offsets around a `WAIT`, `Server::script_confirmed`),
 //!   besides the count asked for. A count alone lets an old master that still takes writes
 //!   during a failover grant a lock acknowledged by a replica that is about to be resynced
 //!   from the promoted one, which never saw it.
@@ -124,9 +124,7 @@ struct InUse {
 #[derive(Clone)]
 struct Named {
     addr: (String, u16),
-    /// The replicas the sentinels could promote in a failover: every replica they list that
-    /// they do not see as down or disconnected and whose priority is not 0 (Sentinel's own
-    /// rules for choosing one). With `--min-replicas` each of them must acknowledge every
+    /// The replicas the sentinels could promote in a failover (`promotable`). With `--min-replicas` each of them must acknowledge every
     /// grant and renewal; `Err` says why the sentinel could not list them.
     promotable: Result<Vec<(String, u16)>, RedisFailure>,
 }
@@ -635,8 +633,8 @@ fn field_of(instance: &Value, name: &str) -> Option<String> {
 /// periods of one second (Sentinel's `sentinelSelectSlave`).
 const SILENT_FOR_PROMOTION_MS: u64 = 5_000;
 
-/// The replicas in a `SENTINEL REPLICAS` reply that Sentinel could promote: not flagged
-/// down or disconnected, priority not 0, answering pings. `None` for a reply of another
+/// The replicas in a `SENTINEL REPLICAS` reply that Sentinel could promote: the one being
+/// promoted, and any other not flagged down, answering pings and of priority not 0. `None` for a reply of another
 /// shape.
 fn promotable(reply: &Value) -> Option<Vec<(String, u16)>> {
     let Value::Array(replicas) = reply else {
@@ -654,17 +652,21 @@ fn promotable(reply: &Value) -> Option<Vec<(String, u16)>> {
         let ip = field("ip")?;
         let port = field("port")?.parse().ok()?;
         let flags = field("flags").unwrap_or("");
-        let down = flags
-            .split(',')
-            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"));
+        // The replica being promoted is the one that must have the lock above all: during a
+        // failover the sentinels drop their links to it (flagged `disconnected`). A link
+        // that is merely down is not enough to pass over a replica either: it may come back
+        // within a second; a replica that stays silent is passed over below.
+        let promoted = flags.split(',').any(|f| f == "promoted");
+        let down = !promoted && flags.split(',').any(|f| matches!(f, "s_down" | "o_down"));
         let never = field("slave-priority").or(field("replica-priority")) == Some("0");
         // Sentinel does not promote a replica that has not answered its pings for five
         // ping periods (5 s); until the replica is flagged down (`down-after-milliseconds`,
         // 30 s by default) that is what keeps a frozen or cut-off replica from stopping
         // every holder.
-        let silent = field("last-ok-ping-reply")
-            .and_then(|ms| ms.parse::<u64>().ok())
-            .is_some_and(|ms| ms > SILENT_FOR_PROMOTION_MS);
+        let silent = !promoted
+            && field("last-ok-ping-reply")
+                .and_then(|ms| ms.parse::<u64>().ok())
+                .is_some_and(|ms| ms > SILENT_FOR_PROMOTION_MS);
         if !down && !never && !silent {
             out.push((ip.to_owned(), port));
         }
@@ -726,6 +728,21 @@ mod tests {
                 ("ip", "127.0.0.1"),
                 ("port", "7003"),
                 ("flags", "slave,disconnected"),
+                ("last-ok-ping-reply", "800"),
+                ("slave-priority", "100"),
+            ]),
+            replica(&[
+                ("ip", "127.0.0.1"),
+                ("port", "7007"),
+                ("flags", "slave,disconnected"),
+                ("last-ok-ping-reply", "6000"),
+                ("slave-priority", "100"),
+            ]),
+            replica(&[
+                ("ip", "127.0.0.1"),
+                ("port", "7008"),
+                ("flags", "slave,disconnected,promoted"),
+                ("last-ok-ping-reply", "6000"),
                 ("slave-priority", "100"),
             ]),
             replica(&[
@@ -753,6 +770,8 @@ mod tests {
             promotable(&reply),
             Some(vec![
                 ("127.0.0.1".to_owned(), 7001),
+                ("127.0.0.1".to_owned(), 7003),
+                ("127.0.0.1".to_owned(), 7008),
                 ("10.0.0.5".to_owned(), 7005)
             ])
         );
