@@ -124,8 +124,9 @@ struct InUse {
 #[derive(Clone)]
 struct Named {
     addr: (String, u16),
-    /// The replicas the sentinels could promote in a failover (`promotable`). With `--min-replicas` each of them must acknowledge every
-    /// grant and renewal; `Err` says why the sentinel could not list them.
+    /// The replicas the sentinels could promote in a failover (see `promotable`). With
+    /// `--min-replicas` each of them must acknowledge every grant and renewal; `Err` says why
+    /// the sentinel could not list them.
     promotable: Result<Vec<(String, u16)>, RedisFailure>,
 }
 
