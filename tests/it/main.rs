@@ -84,6 +84,7 @@ mod network;
 mod options;
 mod proxy;
 mod queue;
+mod queue_faults;
 mod quorum;
 mod redis_errors;
 mod replicas;

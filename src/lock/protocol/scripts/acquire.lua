@@ -59,7 +59,7 @@ end
 
 local now_us, now_ms = server_now()
 if queue_here(queue, expiry) then
-  reap_waiters(queue, expiry, now_ms)
+  reap_waiters(queue, expiry, now_ms, 1)
 end
 
 -- Join the queue, or keep our place in it, and say who holds the lock and where we stand.
@@ -109,7 +109,10 @@ if not last or not here(holder) then
   return split()
 end
 
-local fence_str = next_fence(last, now_us)
+local fence_str, end_of_range = next_fence(fence_key, last, now_us)
+if not fence_str then
+  return end_of_range
+end
 -- The holder info first: a holder key of another type is replaced, and where it could be
 -- deleted but not created again (a migration), the script stops before anything else.
 if type_here(holder) ~= 'hash' then

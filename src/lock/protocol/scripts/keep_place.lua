@@ -16,7 +16,7 @@ if bad_queue then
   return bad_queue
 end
 local now_us, now_ms = server_now()
-reap_waiters(queue, expiry, now_ms)
+reap_waiters(queue, expiry, now_ms, 1)
 if not queue_here(queue, expiry) then
   -- The reaping emptied the queue on the node the slot leaves, which cannot create it again.
   return split()

@@ -17,17 +17,22 @@ local function queue_here(queue, expiry)
   return here(queue) and here(expiry)
 end
 
--- The fence counter's value (0 if none), or nil and an error reply. Lua numbers are doubles:
--- integers are exact up to 2^53, far beyond microseconds since 1970 (2^53 us is the year
--- 2255). Anything else in the counter is refused before any write.
+-- The largest fence. Lua numbers are doubles, exact for integers up to 2^53 - 1: a counter
+-- holds at most this, and no acquire goes past it. Fences are microseconds since 1970 (see
+-- next_fence), which reach it in the year 2255: a counter this high was written by
+-- something else.
+local FENCE_MAX = 9007199254740991
+
+-- The fence counter's value (0 if none), or nil and an error reply. Anything but a decimal
+-- integer up to FENCE_MAX is refused before any write.
 local function last_fence(fence_key)
   local last = redis.call('GET', fence_key)
   if not last then
     return 0
   end
-  if not string.match(last, '^%d+$') or #last > 16 or tonumber(last) >= 9007199254740991 then
+  if not string.match(last, '^%d+$') or #last > 16 or tonumber(last) > FENCE_MAX then
     return nil, redis.error_reply('WRONGTYPE the fence key ' .. fence_key ..
-      ' does not hold a fence (a decimal integer below 2^53)')
+      ' does not hold a fence (a decimal integer up to 2^53 - 1)')
   end
   return tonumber(last)
 end
@@ -42,17 +47,40 @@ end
 -- The next fence: one more than the last, and never behind the server clock in
 -- microseconds, so that it keeps growing even after the counter itself was lost (a restart
 -- without persistence, a failover to a replica that missed it), as long as the server's
--- clock was not stepped back by more than the time since the previous acquisition.
-local function next_fence(last, now_us)
-  return string.format('%.0f', math.max(last + 1, now_us))
+-- clock was not stepped back by more than the time since the previous acquisition. Past
+-- FENCE_MAX there is none: nil and an error reply, before any write (the lock cannot be
+-- taken until the counter expires or is deleted, and the resource's fence reset with it).
+local function next_fence(fence_key, last, now_us)
+  local next = math.max(last + 1, now_us)
+  if next > FENCE_MAX then
+    return nil, redis.error_reply('ERR the fence counter ' .. fence_key ..
+      ' is at the end of its range (2^53 - 1): no larger fence can be given. Reset the ' ..
+      'fence of the resource it protects, then delete the counter')
+  end
+  return string.format('%.0f', next)
 end
 
--- Waiters that stopped asking (killed, gone, given up) leave the queue by server time.
-local function reap_waiters(queue, expiry, now_ms)
+-- Waiters that stopped asking (killed, gone, given up) leave the queue by server time. So do
+-- members without an expiry record (one lost to an eviction or a DEL), which would never
+-- leave: among the first `heads` places (those that decide who may take the lock), any such
+-- member is removed.
+local function reap_waiters(queue, expiry, now_ms, heads)
   local gone = redis.call('ZRANGEBYSCORE', expiry, '-inf', now_ms, 'LIMIT', 0, 1000)
   if #gone > 0 then
     redis.call('ZREM', queue, unpack(gone))
     redis.call('ZREM', expiry, unpack(gone))
+  end
+  for _ = 1, 100 do
+    local lost = {}
+    for _, waiter in ipairs(redis.call('ZRANGE', queue, 0, heads - 1)) do
+      if not redis.call('ZSCORE', expiry, waiter) then
+        lost[#lost + 1] = waiter
+      end
+    end
+    if #lost == 0 then
+      return
+    end
+    redis.call('ZREM', queue, unpack(lost))
   end
 end
 
@@ -60,7 +88,11 @@ end
 -- returns our place (1 = next). Both keys live as long as the longest-kept place. The caller
 -- checked that this node reaches both (queue_here).
 local function keep_place(queue, expiry, waiter, now_us, now_ms, keep)
-  redis.call('ZADD', queue, 'NX', string.format('%.0f', now_us), waiter)
+  -- Arrival scores only grow: after the server's clock stepped back, a newcomer still goes
+  -- behind everyone queued before it.
+  local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
+  local arrival = math.max(now_us, last and tonumber(last) + 1 or 0)
+  redis.call('ZADD', queue, 'NX', string.format('%.0f', arrival), waiter)
   redis.call('ZADD', expiry, string.format('%.0f', now_ms + keep), waiter)
   local longest = redis.call('ZRANGE', expiry, -1, -1, 'WITHSCORES')
   local left = math.max(tonumber(longest[2]) - now_ms, 1)

@@ -86,7 +86,7 @@ if #ended > 0 then
   end
 end
 if queue_here(queue, expiry) then
-  reap_waiters(queue, expiry, now_ms)
+  reap_waiters(queue, expiry, now_ms, limit)
 end
 
 local function busy(free)
@@ -137,18 +137,27 @@ end
 if not last or not here(holders) or not here(limit_key) then
   return split()
 end
+local fence_str, end_of_range = next_fence(fence_key, last, now_us)
+if not fence_str then
+  return end_of_range
+end
+-- Every key of the semaphore lives as long as its longest lease: the latest score, which
+-- must be a lease end (a finite number; a member added by something else may not be).
+local latest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')[2]
+latest = latest and tonumber(latest) or 0
+if latest ~= latest or latest == math.huge or latest == -math.huge then
+  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
+    ' holds a member whose score is no lease end; refusing to touch it')
+end
+local left = math.max(math.ceil(math.max(latest, now_ms + ttl) - now_ms), 1)
 if waiter ~= '' then
   leave_queue(queue, expiry, waiter)
 end
 
-local fence_str = next_fence(last, now_us)
 redis.call('ZADD', lock, string.format('%.0f', now_ms + ttl), token)
 redis.call('SET', fence_key, fence_str, 'PX', ARGV[9])
 redis.call('HSET', holders, token, ARGV[10] .. '\t' .. ARGV[11] .. '\t' ..
   string.format('%.0f', now_ms) .. '\t' .. fence_str .. '\t' .. ARGV[12])
--- Every key of the semaphore lives as long as its longest lease.
-local longest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
-local left = math.max(tonumber(longest[2]) - now_ms, 1)
 redis.call('PEXPIRE', lock, left)
 redis.call('PEXPIRE', holders, left)
 redis.call('SET', limit_key, ARGV[15], 'PX', left)

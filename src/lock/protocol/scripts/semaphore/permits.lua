@@ -6,7 +6,8 @@
 -- may still have it); else only extended. Keys out of reach (a migration) keep their own TTL.
 local function keep_for_longest_lease(lock, holders, limit_key, limit, now_ms, creating)
   local longest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
-  local left = math.max(tonumber(longest[2]) - now_ms, 1)
+  -- A whole number of ms: a score need not be one.
+  local left = math.max(math.ceil(tonumber(longest[2]) - now_ms), 1)
   redis.call('PEXPIRE', lock, left)
   if here(holders) then
     redis.call('PEXPIRE', holders, left)
