@@ -142,7 +142,7 @@ fn arrival_order_survives_a_backward_clock_step() {
         &(now_us / 1000 + 60_000).to_string(),
         "earlier h 1",
     ]);
-    let mut late = Wrapper::on(&redis, "c")
+    let late = Wrapper::on(&redis, "c")
         .args(["--wait", "30s"])
         .sh("true")
         .current_dir(dir.path())
