@@ -15,13 +15,15 @@
 //!
 //! Only the token this run generated can extend or release the lock.
 
+mod backoff;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::backoff::Backoff;
+use backoff::Backoff;
 use crate::cli::Wait;
 use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
