@@ -205,7 +205,9 @@ impl<'a, L: Lock> Acquirer<'a, L> {
                             n = lock.release_notices(cfg.target.timeout.min(left)) => {
                                 notices = Notices::Made(n);
                             }
-                            sig = signals.recv_ending() => break Err(Ending::Interrupted(sig as i32)),
+                            sig = signals.recv_ending() => {
+                                break Err(Ending::Interrupted(sig as i32));
+                            }
                         }
                         // The holder may have released while we subscribed: try again at once.
                         continue;

@@ -113,7 +113,8 @@ impl<'a, L: Lock> Run<'a, L> {
                 };
                 // `redlock-run --key k status` runs a program called status.
                 let hint = if ending == Ending::NotFound && cfg.command.program == "status" {
-                    "; to see who holds a lock, put the subcommand first: redlock-run status --key K"
+                    "; to see who holds a lock, put the subcommand first: \
+                     redlock-run status --key K"
                 } else {
                     ""
                 };
@@ -290,13 +291,17 @@ impl<'a, L: Lock> Run<'a, L> {
                                 report.error(
                                     "suspend",
                                     format_args!(
-                                        "the command was stopped by {sig} and the wrapper's process \
-                                         group cannot be stopped with it (orphaned); ending the command"
+                                        "the command was stopped by {sig} and the wrapper's \
+                                         process group cannot be stopped with it (orphaned); \
+                                         ending the command"
                                     ),
                                 );
                                 stopper.terminate(job, Stamp::now().checked_add(cfg.grace));
                             } else {
-                                report.info("suspended", format_args!("the command was stopped by {sig}; stopping too"));
+                                report.info(
+                                    "suspended",
+                                    format_args!("the command was stopped by {sig}; stopping too"),
+                                );
                                 job.suspend_with(sig);
                                 suspension = Suspension::Continued;
                             }
