@@ -14,14 +14,13 @@
 //!   terminal), started inside its cgroup (`clone3`), its whole tree (`tree/`: a cgroup v2 of
 //!   its own where one can be made, else the subreaper's descendants in /proc), and which
 //!   signals are caught and forwarded.
-//! - `run`: the supervisor; every lock state change happens there.
-//! - `backoff`: pauses between attempts on a busy lock.
+//! - `supervise`: the supervisor (acquire and wait, hold, lease keeper, stopper, outcome,
+//!   backoff); every lock state change happens there.
 //! - `status`: the `status` subcommand.
 //! - `report`: stderr messages, text or JSON, written from a thread of their own so that a
 //!   blocked stderr never blocks the supervisor.
 //! - `exit`: how a run ends and the exit code of each ending.
 
-pub mod backoff;
 pub mod cli;
 pub mod cluster_url;
 pub mod config;
@@ -31,9 +30,9 @@ pub mod lock;
 mod process;
 pub mod redis_url;
 mod report;
-pub mod run;
 pub mod sentinel_url;
 pub mod status;
+mod supervise;
 #[cfg(feature = "tls")]
 pub mod tls_files;
 
@@ -163,7 +162,7 @@ fn parse_and_run() -> End {
             Ok(cfg) => {
                 let report = report.with_key(&cfg.target.key);
                 warn_about(&cfg.target, &report);
-                let end = runtime.block_on(run::run(&cfg, &report));
+                let end = runtime.block_on(supervise::run(&cfg, &report));
                 // The runtime's threads and handlers go before the process ends by a signal.
                 // An exit takes everything down at once: tearing the runtime down first (its
                 // drivers, the signal pipe, the Redis connection's task) would only add about

@@ -1,0 +1,261 @@
+//! Acquire and wait: try until granted, the wait runs out, or a signal ends the wait; a
+//! waiter that gives up leaves the queue.
+
+use std::time::Duration;
+
+use crate::cli::Wait;
+use crate::exit::Ending;
+use crate::lease::{Lease, Stamp};
+use crate::lock::{Attempt, Holder, HolderInfo, Lock, ReleaseNotices, Token, Waiter};
+use crate::process::Signals;
+
+use super::backoff::Backoff;
+use super::messages::{busy_message, show_secs, wait_started_message, waiting_message};
+use super::{beside, Held, Run, RENEW_RETRY};
+
+/// With -v, how often a wait that goes on is logged (stderr not a terminal).
+const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// A waiter's place is kept this long beyond the longest attempt (`--connect-timeout`); waiters
+/// pause at most `backoff::BACKOFF_CAP` (250 ms) between attempts.
+const PLACE_KEPT_BEYOND_AN_ATTEMPT: Duration = Duration::from_secs(1);
+
+/// The least time a waiter's place is kept.
+const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
+
+/// Bound on leaving the waiters' queue when giving up: short, as the run is ending anyway
+/// and the place expires by itself.
+const LEAVE_QUEUE_WITHIN: Duration = Duration::from_secs(1);
+
+/// Takes the lock for one run, waiting as `--wait` allows.
+pub(super) struct Acquirer<'a, L> {
+    run: Run<'a, L>,
+    /// Who asks: named to the others in busy messages and `status`; with `--wait`, also the
+    /// id of this run's place in the waiters' queue.
+    holder: HolderInfo,
+    /// `--connect-timeout` bounds the whole start, counted from here: connecting and the
+    /// first attempt, the take-back of a write whose reply never came included.
+    start: Stamp,
+}
+
+/// The subscription to release notices: made once, on the first busy reply while there is
+/// time to wait. It wakes the next attempt as soon as the holder releases, instead of at the
+/// next poll.
+enum Notices {
+    NotYet,
+    /// Subscribed (`None`: the backend could not subscribe; the wait polls).
+    Made(Option<ReleaseNotices>),
+}
+
+impl<'a, L: Lock> Acquirer<'a, L> {
+    pub(super) fn new(run: Run<'a, L>, start: Stamp) -> Self {
+        let cfg = run.cfg;
+        let (host, pid) = (hostname(), std::process::id());
+        let waits = cfg.wait != Wait::For(Duration::ZERO);
+        let holder = HolderInfo {
+            waiter: waits.then(|| Waiter {
+                id: format!("{} {host} {pid}", Token::new().as_str()),
+                place_kept: (cfg.target.timeout + PLACE_KEPT_BEYOND_AN_ATTEMPT)
+                    .max(PLACE_KEPT_AT_LEAST),
+            }),
+            host,
+            pid,
+            command: cfg.command.display.clone(),
+        };
+        Acquirer { run, holder, start }
+    }
+
+    /// The run may wait for the lock (`--wait` is not 0).
+    pub(super) fn waits(&self) -> bool {
+        self.holder.waiter.is_some()
+    }
+
+    /// Take the lock, waiting as `--wait` allows. `prepare` runs once, beside the first
+    /// attempt. A waiter that gives up (its --wait ran out, a signal, Redis gone) leaves the
+    /// queue at once; if even that fails, its place expires by itself.
+    pub(super) async fn acquire(
+        &self,
+        token: &mut Token,
+        prepare: impl FnOnce(),
+        signals: &mut Signals,
+    ) -> Result<Held, Ending> {
+        let result = self.attempts(token, prepare, signals).await;
+        if result.is_err() && self.waits() {
+            let within = self.run.cfg.target.timeout.min(LEAVE_QUEUE_WITHIN);
+            self.run.lock.leave_queue(&self.holder, within).await;
+        }
+        result
+    }
+
+    /// The attempts, until one is granted or the run gives up.
+    async fn attempts(
+        &self,
+        token: &mut Token,
+        prepare: impl FnOnce(),
+        signals: &mut Signals,
+    ) -> Result<Held, Ending> {
+        let Run { cfg, lock, report } = self.run;
+        let (holder, start) = (&self.holder, self.start);
+        // Taken by the first attempt: its presence says the next attempt is the first.
+        let mut prepare = Some(prepare);
+        let started = Stamp::now();
+        // With --limit, a busy lock means every permit is taken; the holder named is the one
+        // whose lease ends first.
+        let shown_name = match cfg.target.limit {
+            1 => lock.name().to_owned(),
+            n => format!("{} (all {n} permits)", lock.name()),
+        };
+        // "All permits taken" is true only when the lock is not free-but-queued.
+        let named = |holder: &Holder| {
+            if holder.free {
+                lock.name()
+            } else {
+                shown_name.as_str()
+            }
+        };
+        let waiter_id = holder.waiter.as_ref().map(|w| w.id.as_str());
+        let mut backoff = Backoff::new(token.seed());
+        let mut notices = Notices::NotYet;
+        // When the last "waiting" line went to a log (stderr not a terminal).
+        let mut last_logged: Option<Stamp> = None;
+        // Whether a failure was already retried (and said so).
+        let mut retried = false;
+        let result = loop {
+            // Never cancelled by a signal: the backend must see its attempt through (and take
+            // back a write whose reply was lost). A signal is looked at after the reply.
+            let (within, work) = match prepare.take() {
+                Some(work) => (
+                    cfg.target
+                        .timeout
+                        .saturating_sub(start.until(Stamp::now()))
+                        .max(Duration::from_millis(10)),
+                    Some(work),
+                ),
+                None => (cfg.target.timeout, None),
+            };
+            let attempting = lock.try_acquire(token, cfg.ttl, holder, within);
+            let attempt = match work {
+                Some(work) => beside(attempting, work).await,
+                None => attempting.await,
+            };
+            match &attempt {
+                // That attempt was taken back and its token cancelled (see the contract).
+                Err(e) if e.may_have_written() => *token = Token::new(),
+                // Busy on a quorum can also come with a take-back on the nodes whose reply was
+                // lost, which cancels the token there: a fresh token keeps those nodes usable
+                // for the next attempt. (The waiter's place in a queue has its own id.)
+                Ok(Attempt::Busy(_)) => *token = Token::new(),
+                _ => {}
+            }
+            let now = Stamp::now();
+            let left = match cfg.wait {
+                Wait::Forever => Some(Duration::MAX),
+                Wait::For(limit) => limit
+                    .checked_sub(now.since(started))
+                    .filter(|d| !d.is_zero()),
+            };
+            match attempt {
+                Ok(Attempt::Granted(grant)) => {
+                    break Ok(Held {
+                        lease: Lease::granted(grant.counted_from, cfg.ttl, cfg.grace)
+                            .expect("config guarantees ttl > drift"),
+                        counted_from: grant.counted_from,
+                        fence: grant.fence,
+                        acquired: now,
+                        waited: now.since(started),
+                    });
+                }
+                Ok(Attempt::Busy(holder)) => {
+                    let Some(left) = left else {
+                        report.busy(busy_message(named(&holder), &holder, cfg.wait));
+                        break Err(Ending::Busy(cfg.conflict_exit_code));
+                    };
+                    report.waiting(waiting_message(
+                        named(&holder),
+                        &holder,
+                        now.since(started),
+                        cfg.wait,
+                    ));
+                    // In a log (CI, cron mail) one line says the wait began, and with -v one
+                    // every WAIT_LOG_EVERY says it goes on.
+                    match last_logged {
+                        None => {
+                            report.notice(
+                                "waiting",
+                                wait_started_message(named(&holder), &holder, cfg.wait),
+                            );
+                            last_logged = Some(now);
+                        }
+                        Some(at) if now.since(at) >= WAIT_LOG_EVERY && !report.is_live() => {
+                            report.info(
+                                "waiting",
+                                format!(
+                                    "still waiting for {} after {}",
+                                    lock.name(),
+                                    show_secs(now.since(started))
+                                ),
+                            );
+                            last_logged = Some(now);
+                        }
+                        Some(_) => {}
+                    }
+                    if let Notices::NotYet = notices {
+                        // Bounded by the wait left, and ended by a signal like any wait.
+                        tokio::select! {
+                            n = lock.release_notices(cfg.target.timeout.min(left)) => {
+                                notices = Notices::Made(n);
+                            }
+                            sig = signals.recv_ending() => {
+                                break Err(Ending::Interrupted(sig as i32));
+                            }
+                        }
+                        // The holder may have released while we subscribed: try again at once.
+                        continue;
+                    }
+                    let nap = backoff.pause().min(left);
+                    tokio::select! {
+                        () = tokio::time::sleep(nap) => {}
+                        () = async {
+                            match &mut notices {
+                                Notices::Made(Some(n)) => n.next_for(waiter_id).await,
+                                _ => std::future::pending().await,
+                            }
+                        } => {}
+                        sig = signals.recv_ending() => break Err(Ending::Interrupted(sig as i32)),
+                    }
+                }
+                Err(e) if e.is_transient() && left.is_some() => {
+                    // A failover under way, a replica not yet back: the first such failure of
+                    // a wait is said even without -v, so that a log tells why the run waits.
+                    let line = format!("{e}; retrying until --wait runs out");
+                    if retried {
+                        report.info("retry", &line);
+                    } else {
+                        report.notice("retry", &line);
+                        retried = true;
+                    }
+                    report.waiting(&line);
+                    let nap = RENEW_RETRY
+                        .max(backoff.pause())
+                        .min(left.unwrap_or_default());
+                    tokio::select! {
+                        () = tokio::time::sleep(nap) => {}
+                        sig = signals.recv_ending() => break Err(Ending::Interrupted(sig as i32)),
+                    }
+                }
+                Err(e) => {
+                    report.error("unavailable", &e);
+                    break Err(Ending::Unavailable);
+                }
+            }
+        };
+        report.waiting_done();
+        result
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
