@@ -27,7 +27,8 @@ use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
 use crate::lease::{Lease, Stamp, Standing};
 use crate::lock::{
-    self, Attempt, Holder, HolderInfo, Lock, RedisFailure, Released, Renewal, Token, Waiter,
+    self, Attempt, Holder, HolderInfo, Lock, RedisFailure, Released, Renewal, ReplicaAck, Token,
+    Waiter,
 };
 use crate::process::{self, Event, Job, Signals, SpawnError, Tree};
 use crate::report::Reporter;
@@ -172,7 +173,6 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
             return (Outcome::NotHeld(Ending::Unavailable), false);
         }
     };
-    let mut token = Token::new();
     let (host, pid) = (hostname(), std::process::id());
     let waits = cfg.wait != Wait::For(Duration::ZERO);
     let holder = HolderInfo {
@@ -197,16 +197,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
             tree = Tree::ahead();
         }
     };
-    let acquired = acquire(
-        cfg,
-        &lock,
-        &mut token,
-        &holder,
-        start,
-        prepare,
-        &mut signals,
-        report,
-    );
+    let acquired = acquire(cfg, &lock, &holder, start, prepare, &mut signals, report);
     let held = match acquired.await {
         Ok(held) => held,
         Err(ending) => {
@@ -231,7 +222,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     );
     let tree = tree.unwrap_or_else(Tree::new);
     let (under, at_terminal, emptied) =
-        hold(cfg, &lock, &token, &held, tree, &mut signals, report).await;
+        hold(cfg, &lock, &held.token, &held, tree, &mut signals, report).await;
 
     // The one release. --hold-at-least keeps the lock only after a command that ran: a
     // command that never started must not make the other hosts skip the job.
@@ -249,7 +240,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     };
     // Nothing of the command runs any more; its cgroup is removed while the release is on its
     // way.
-    let releasing = release(cfg, &lock, &token, keep, under.lease_lost(), report);
+    let releasing = release(cfg, &lock, &held.token, keep, under.lease_lost(), report);
     let release = beside(releasing, || drop(emptied)).await;
     let outcome = Outcome::Held { under, release };
     tell(cfg, lock.name(), &outcome, keep, report);
@@ -258,6 +249,8 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
 
 /// The lock as held by this run.
 struct Held {
+    /// The token that won the lock (the backend's, from the grant).
+    token: Token,
     lease: Lease,
     /// Heartbeats count from here, like the lease.
     counted_from: Stamp,
@@ -269,11 +262,9 @@ struct Held {
 }
 
 /// Take the lock, waiting as `--wait` allows. `prepare` runs once, beside the first attempt.
-#[allow(clippy::too_many_arguments)]
 async fn acquire<L: Lock>(
     cfg: &RunConfig,
     lock: &L,
-    token: &mut Token,
     holder: &HolderInfo,
     start: Stamp,
     prepare: impl FnOnce(),
@@ -298,7 +289,7 @@ async fn acquire<L: Lock>(
     };
     let mut first = true;
     let waiter_id = holder.waiter.as_ref().map(|w| w.id.as_str());
-    let mut backoff = Backoff::new(token.seed());
+    let mut backoff = Backoff::new(Token::new().seed());
     // Subscribed on the first busy reply when there is time to wait; wakes the next attempt
     // as soon as the holder releases, instead of at the next poll.
     let mut notices = None;
@@ -319,20 +310,11 @@ async fn acquire<L: Lock>(
         } else {
             cfg.target.timeout
         };
-        let attempting = lock.try_acquire(token, cfg.ttl, holder, within);
+        let attempting = lock.try_acquire(cfg.ttl, holder, within);
         let attempt = match prepare.take() {
             Some(work) => beside(attempting, work).await,
             None => attempting.await,
         };
-        match &attempt {
-            // That attempt was taken back and its token cancelled (see the contract).
-            Err(e) if e.may_have_written() => *token = Token::new(),
-            // Busy on a quorum can also come with a take-back on the nodes whose reply was
-            // lost, which cancels the token there: a fresh token keeps those nodes usable
-            // for the next attempt. (The waiter's place in a queue has its own id.)
-            Ok(Attempt::Busy(_)) => *token = Token::new(),
-            _ => {}
-        }
         let now = Stamp::now();
         let left = match cfg.wait {
             Wait::Forever => Some(Duration::MAX),
@@ -343,6 +325,7 @@ async fn acquire<L: Lock>(
         match attempt {
             Ok(Attempt::Granted(grant)) => {
                 break Ok(Held {
+                    token: grant.token,
                     lease: Lease::granted(grant.counted_from, cfg.ttl, cfg.grace)
                         .expect("config guarantees ttl > drift"),
                     counted_from: grant.counted_from,
@@ -756,9 +739,7 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
             heartbeat: cfg.heartbeat,
             lease: held.lease,
             attempt: (cfg.ttl / 4).max(Duration::from_millis(50))
-                + cfg
-                    .replicas
-                    .map_or(Duration::ZERO, |a| a.timeout + Duration::from_millis(300)),
+                + ReplicaAck::wait_time(cfg.replicas),
             // Heartbeats count from the acquire's send time, like the lease they extend.
             next_renewal: held.counted_from.checked_add(cfg.heartbeat),
             renewal: None,

@@ -5,14 +5,14 @@
 //!   its companions; `protocol/scripts/` holds the Lua.
 //! - **Topology** (`topology/`): how commands reach servers. `topology/server.rs` is one
 //!   connection to one server (replaced after any timeout; EVALSHA with an EVAL fallback; a
-//!   write and its WAIT in one pipeline); `topology/single.rs` is the first backend: the mutex
-//!   on one server; `topology/quorum.rs` is Redlock: the mutex on N independent masters;
-//!   `topology/cluster.rs` the mutex on a Redis Cluster (the master of the lock's slot,
-//!   followed through MOVED, ASK and failovers).
+//!   write and its WAIT in one pipeline); `topology/one_master.rs` is the lock wherever one
+//!   master holds the lock's slot, over a route to it: a fixed server (`single.rs`), the
+//!   master Sentinel names (`sentinel.rs`), the slot's master in a Redis Cluster
+//!   (`cluster.rs`); `topology/quorum.rs` is Redlock: the mutex on N independent masters.
 //!
-//! `Backend` below names every backend; `open` picks one for a target. Adding a topology means
-//! a file under `topology/`, a variant here and its URL parsing in `config.rs`: the supervisor
-//! (`run.rs`), `child.rs`, `signals.rs` and `lease.rs` do not change.
+//! `Backend` below names every backend; `open` picks one for a target. Adding a one-master
+//! topology means a route file under `topology/`, a variant here and its URL form: the
+//! supervisor (`run.rs`), the process code and `lease.rs` do not change.
 //!
 //! Also here: `error.rs` (Redis failures sorted into what a user must tell apart) and
 //! `token.rs` (the value that marks a lock as this run's).
@@ -33,6 +33,11 @@ pub use token::Token;
 
 use crate::config::{Endpoint, Target};
 use crate::lease::Stamp;
+use topology::cluster::Cluster;
+use topology::one_master::OneMaster;
+use topology::quorum::Quorum;
+use topology::sentinel::Sentinel;
+use topology::server::Server;
 
 /// The contract between the supervisor and a lock backend.
 ///
@@ -44,8 +49,9 @@ use crate::lease::Stamp;
 ///   fails after a write may have landed (a lost reply, a timeout, a minority of quorum nodes,
 ///   too few replica acknowledgements), it takes that write back itself before returning,
 ///   and makes sure the same attempt cannot land later (the request may still be under way).
-///   A token whose attempt failed that way ([`RedisFailure::may_have_written`]) is spent: the
-///   caller uses a new token for the next attempt.
+/// - **A token per attempt.** Each attempt makes a token of its own, so that one cancelled
+///   by a take-back is never sent again; the [`Grant`] carries the one that won, which the
+///   caller renews and releases with.
 /// - **An honest lease start.** A grant and a renewal carry `counted_from`: a moment no later
 ///   than the one from which every server that counts started its TTL (the local clock read
 ///   before the first byte was sent). The supervisor's deadline is `counted_from + ttl -
@@ -64,11 +70,11 @@ pub trait Lock {
     /// The lock's full Redis key, for messages and `REDLOCK_KEY`.
     fn name(&self) -> &str;
 
-    /// One attempt to take the lock, answered within `within` (plus the replica wait with
-    /// `--min-replicas`), the take-back of a write whose reply was lost included.
+    /// One attempt to take the lock, with a token of its own, answered within `within` (plus
+    /// the replica wait with `--min-replicas`), the take-back of a write whose reply was lost
+    /// included. A grant carries the token that won it.
     async fn try_acquire(
         &self,
-        token: &Token,
         ttl: Duration,
         holder: &HolderInfo,
         within: Duration,
@@ -111,6 +117,17 @@ pub struct ReplicaAck {
     pub timeout: Duration,
 }
 
+/// Time beyond the WAIT timeout for its reply: the server checks WAIT timeouts on a 100 ms
+/// timer, plus the round trip.
+const WAIT_SLACK: Duration = Duration::from_millis(300);
+
+impl ReplicaAck {
+    /// How long a write with `ack` may take beyond a plain reply: the WAIT behind it.
+    pub fn wait_time(ack: Option<ReplicaAck>) -> Duration {
+        ack.map_or(Duration::ZERO, |a| a.timeout + WAIT_SLACK)
+    }
+}
+
 /// The outcome of one acquire attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
@@ -120,8 +137,10 @@ pub enum Attempt {
 }
 
 /// A granted lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
+    /// The token that won: renewals and the release use it.
+    pub token: Token,
     /// Strictly greater than every earlier fence of this lock name.
     pub fence: u64,
     /// The lease counts from here (see the contract).
@@ -280,10 +299,10 @@ impl ReleaseNotices {
 /// Every backend. The supervisor is generic over [`Lock`] and gets one of these from `open`.
 #[allow(clippy::large_enum_variant)] // one per run: its size does not matter
 pub enum Backend {
-    Single(topology::single::Single),
-    Cluster(topology::cluster::Cluster),
-    Quorum(topology::quorum::Quorum),
-    Sentinel(topology::single::Single<topology::sentinel::Sentinel>),
+    Single(OneMaster<Server>),
+    Sentinel(OneMaster<Sentinel>),
+    Cluster(OneMaster<Cluster>),
+    Quorum(Quorum),
 }
 
 /// Connect to the lock described by `target` within `within`: fails with an
@@ -296,43 +315,42 @@ pub async fn open(
 ) -> Result<Backend, RedisFailure> {
     Ok(match &target.endpoint {
         Endpoint::Single(info) => {
-            Backend::Single(topology::single::Single::open(info, target, ack, within).await?)
-        }
-        Endpoint::Cluster(seeds) => {
-            Backend::Cluster(topology::cluster::Cluster::open(seeds, target, ack, within).await?)
-        }
-        Endpoint::Quorum(nodes) => {
-            Backend::Quorum(topology::quorum::Quorum::open(nodes, target, within).await?)
+            Backend::Single(topology::single::open(info, target, ack, within).await?)
         }
         Endpoint::Sentinel(spec) => {
             Backend::Sentinel(topology::sentinel::open(spec, target, ack, within).await?)
         }
+        Endpoint::Cluster(seeds) => {
+            Backend::Cluster(Cluster::open(seeds, target, ack, within).await?)
+        }
+        Endpoint::Quorum(nodes) => Backend::Quorum(Quorum::open(nodes, target, within).await?),
     })
+}
+
+/// `$body` with `$lock` bound to whichever backend `$backend` is.
+macro_rules! each {
+    ($backend:expr, $lock:ident => $body:expr) => {
+        match $backend {
+            Backend::Single($lock) => $body,
+            Backend::Sentinel($lock) => $body,
+            Backend::Cluster($lock) => $body,
+            Backend::Quorum($lock) => $body,
+        }
+    };
 }
 
 impl Lock for Backend {
     fn name(&self) -> &str {
-        match self {
-            Backend::Single(b) => b.name(),
-            Backend::Cluster(b) => b.name(),
-            Backend::Quorum(b) => b.name(),
-            Backend::Sentinel(b) => b.name(),
-        }
+        each!(self, b => b.name())
     }
 
     async fn try_acquire(
         &self,
-        token: &Token,
         ttl: Duration,
         holder: &HolderInfo,
         within: Duration,
     ) -> Result<Attempt, RedisFailure> {
-        match self {
-            Backend::Single(b) => b.try_acquire(token, ttl, holder, within).await,
-            Backend::Cluster(b) => b.try_acquire(token, ttl, holder, within).await,
-            Backend::Quorum(b) => b.try_acquire(token, ttl, holder, within).await,
-            Backend::Sentinel(b) => b.try_acquire(token, ttl, holder, within).await,
-        }
+        each!(self, b => b.try_acquire(ttl, holder, within).await)
     }
 
     async fn renew(
@@ -341,12 +359,7 @@ impl Lock for Backend {
         ttl: Duration,
         within: Duration,
     ) -> Result<Renewal, RedisFailure> {
-        match self {
-            Backend::Single(b) => b.renew(token, ttl, within).await,
-            Backend::Cluster(b) => b.renew(token, ttl, within).await,
-            Backend::Quorum(b) => b.renew(token, ttl, within).await,
-            Backend::Sentinel(b) => b.renew(token, ttl, within).await,
-        }
+        each!(self, b => b.renew(token, ttl, within).await)
     }
 
     async fn release(
@@ -355,39 +368,19 @@ impl Lock for Backend {
         keep: Duration,
         within: Duration,
     ) -> Result<Released, RedisFailure> {
-        match self {
-            Backend::Single(b) => b.release(token, keep, within).await,
-            Backend::Cluster(b) => b.release(token, keep, within).await,
-            Backend::Quorum(b) => b.release(token, keep, within).await,
-            Backend::Sentinel(b) => b.release(token, keep, within).await,
-        }
+        each!(self, b => b.release(token, keep, within).await)
     }
 
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
-        match self {
-            Backend::Single(b) => b.release_notices(within).await,
-            Backend::Cluster(b) => b.release_notices(within).await,
-            Backend::Quorum(b) => b.release_notices(within).await,
-            Backend::Sentinel(b) => b.release_notices(within).await,
-        }
+        each!(self, b => b.release_notices(within).await)
     }
 
     async fn status(&self) -> Result<Status, RedisFailure> {
-        match self {
-            Backend::Single(b) => b.status().await,
-            Backend::Cluster(b) => b.status().await,
-            Backend::Quorum(b) => b.status().await,
-            Backend::Sentinel(b) => b.status().await,
-        }
+        each!(self, b => b.status().await)
     }
 
     async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
-        match self {
-            Backend::Single(b) => b.leave_queue(holder, within).await,
-            Backend::Cluster(b) => b.leave_queue(holder, within).await,
-            Backend::Quorum(b) => b.leave_queue(holder, within).await,
-            Backend::Sentinel(b) => b.leave_queue(holder, within).await,
-        }
+        each!(self, b => b.leave_queue(holder, within).await)
     }
 }
 
