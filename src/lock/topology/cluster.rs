@@ -1,7 +1,8 @@
-//! The mutex on a Redis Cluster.
+//! The cluster route: the master of the lock's slot in a Redis Cluster, found, followed, and
+//! sorted out from a migration of that slot.
 //!
 //! Every key of one lock lives in one hash slot (`protocol/keys.rs`), so one node, the master
-//! serving that slot, holds the whole lock: this backend talks to that node alone, through a
+//! serving that slot, holds the whole lock: this route talks to that node alone, through a
 //! [`Server`] (so the per-call bounds, the never-reused timed-out connection, EVALSHA then
 //! EVAL, and the WAIT in the script's pipeline are those of one server). What a cluster adds
 //! is finding that node, and following it when it changes:
@@ -23,35 +24,37 @@
 //!   **LOADING**: pause 10 ms, doubling up to 200 ms, and resend.
 //!
 //! All of it within the call's own bound, which a redirect never extends, and with at most
-//! [`MAX_HOPS`] redirects in a row without a pause (two nodes that disagree end as an error,
+//! `MAX_HOPS` redirects in a row without a pause (two nodes that disagree end as an error,
 //! not a loop).
 //!
-//! **While the lock's own slot is being migrated.** Every script declares one key and
-//! reaches the others by name (`protocol/mod.rs`), so Redis runs it where its declared key is.
-//! The node the slot leaves can read and write only the keys it still has, and create none;
-//! the node it goes to cannot see what the first one still has. Hence:
+//! **While the lock's own slot is being migrated.** How Redis serves a migrating slot, and
+//! why every script declares one key, is told in `protocol/mod.rs`; what it means for the
+//! routing:
 //! - renewal and release decide on the lock key alone, wherever it is, and create nothing:
 //!   they work throughout;
 //! - an acquire runs where the lock is. On the node the slot leaves, that is a held lock
 //!   (busy, or our own token taken anew); on the node it goes to, only once the first has
 //!   none of the lock's other keys (ASK above), so that the fence counter, the queue and the
-//!   cancelled tokens it reads are the real ones, and no key it creates exists twice (which
-//!   would make the migration's `MIGRATE` fail). A free lock whose fence counter or queue is
-//!   still on the old node therefore waits until they move: Redis gives no way to take it
-//!   earlier without losing the fence's order or the queue's. A waiter meanwhile keeps its
-//!   place where the queue is (keep_place.lua, routed by the queue);
+//!   cancelled tokens it reads are the real ones, and no key it creates exists on both. A
+//!   free lock whose fence counter or queue is still on the old node therefore waits until
+//!   they move: Redis gives no way to take it earlier without losing the fence's order or
+//!   the queue's. A waiter meanwhile keeps its place where the queue is (keep_place.lua,
+//!   routed by the queue: [`Route::acquire`]);
 //! - `status` reads each key where it is: the replies the slot's master answers with ASK are
 //!   read again on the node named, each behind its own `ASKING`.
 //!
-//! Why not the redis crate's cluster client: its defaults retry 16 times with waits of
-//! 1.28 s and more (a lease is often shorter); on NOSCRIPT it broadcasts SCRIPT LOAD to every
-//! node and waits for all (one frozen unrelated master stalls the renewal); a plain WAIT goes
-//! to every master (redis 1.8.1, as read and measured in the project's scale-out notes).
-//! Here NOSCRIPT is answered with EVAL to the same node, and WAIT travels with the script to
-//! the key's master, whose replicas are the ones that matter.
+//! **Why not the redis crate's cluster client.** Its retries and their waits are settings,
+//! `Script` is the only call that broadcasts SCRIPT LOAD (EVALSHA and EVAL sent as commands
+//! go to the key's node), and a pipeline goes to its first key's slot, WAIT included (redis
+//! 1.8). What it cannot do is the ASK above: it follows an ASK at once, with the same
+//! command, while here an ASK is followed only after the node that said it confirmed that
+//! the keys the script needs have left (`EXISTS`), and with the call rewritten for the
+//! importing node (`ScriptCall::on_importing_node`). The client has no hook between the ASK
+//! and the resend; without that check, an acquire on the importing node could take a lock
+//! whose fence counter and queue are still on the old node, and create keys that stop the
+//! migration.
 //!
-//! Release notices: a plain SUBSCRIBE on the slot's master. A cluster forwards every PUBLISH
-//! to every node, so any node would do; a missed notice costs one poll interval.
+//! Release notices: a plain SUBSCRIBE on the slot's master (see `subscribe`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -166,40 +169,40 @@ enum LeftBehind {
     Redirect(Redirect),
 }
 
-impl Cluster {
-    /// Find the master of `target`'s slot through the seeds, and connect to it.
-    pub async fn open(
-        seeds: &[ConnectionInfo],
-        target: &Target,
-        ack: Option<ReplicaAck>,
-        within: Duration,
-    ) -> Result<OneMaster<Cluster>, RedisFailure> {
-        let protocol = protocol_for(target)?;
-        if seeds.is_empty() {
-            // cluster_url.rs refuses a URL without nodes; a backstop.
-            return Err(RedisFailure::unexpected(&target.redis_shown, "no nodes"));
-        }
-        #[cfg(feature = "tls")]
-        if seeds.iter().any(crate::config::is_tls) {
-            // Before any node is reached, whichever it is.
-            super::server::install_tls_provider();
-        }
-        let cluster = Cluster {
-            keys: protocol.keys().clone(),
-            slot: slot(&protocol.keys().lock),
-            seeds: seeds.to_vec(),
-            tls: target.tls.clone(),
-            nodes: RefCell::new(HashMap::new()),
-            owner: RefCell::new(None),
-            known: RefCell::new(Vec::new()),
-        };
-        let deadline = deadline_in(within);
-        let owner = cluster.owner(deadline).await?;
-        let node = cluster.node(&owner)?;
-        node.connect(remaining(deadline)).await?;
-        Ok(OneMaster::new(cluster, protocol, ack, target))
+/// Find the master of `target`'s slot through the seeds, and connect to it.
+pub async fn open(
+    seeds: &[ConnectionInfo],
+    target: &Target,
+    ack: Option<ReplicaAck>,
+    within: Duration,
+) -> Result<OneMaster<Cluster>, RedisFailure> {
+    let protocol = protocol_for(target)?;
+    if seeds.is_empty() {
+        // cluster_url.rs refuses a URL without nodes; a backstop.
+        return Err(RedisFailure::unexpected(&target.redis_shown, "no nodes"));
     }
+    #[cfg(feature = "tls")]
+    if seeds.iter().any(crate::config::is_tls) {
+        // Before any node is reached, whichever it is.
+        super::server::install_tls_provider();
+    }
+    let cluster = Cluster {
+        keys: protocol.keys().clone(),
+        slot: slot(&protocol.keys().lock),
+        seeds: seeds.to_vec(),
+        tls: target.tls.clone(),
+        nodes: RefCell::new(HashMap::new()),
+        owner: RefCell::new(None),
+        known: RefCell::new(Vec::new()),
+    };
+    let deadline = deadline_in(within);
+    let owner = cluster.owner(deadline).await?;
+    let node = cluster.node(&owner)?;
+    node.connect(remaining(deadline)).await?;
+    Ok(OneMaster::new(cluster, protocol, ack, target))
+}
 
+impl Cluster {
     /// The slot's master: the one last learned, or the one the nodes name now.
     async fn owner(&self, deadline: Instant) -> Result<Addr, RedisFailure> {
         if let Some(addr) = self.owner.borrow().clone() {

@@ -136,14 +136,22 @@ impl<R: Route> OneMaster<R> {
     /// With `--min-replicas`: enough replicas, and every one that had to by name (those
     /// Sentinel could promote), acknowledged the write.
     fn check_acks(&self, answered: &Answered<ScriptReply>) -> Result<(), RedisFailure> {
+        let Some(ack) = self.ack else { return Ok(()) };
         let reply = &answered.reply;
-        RedisFailure::check_acks(&answered.by, self.name(), self.ack, reply.acked)?;
-        match (self.ack, reply.unconfirmed.as_slice()) {
-            (Some(ack), missing @ [_, ..]) => Err(RedisFailure::unconfirmed(
+        let timeout = humantime::format_duration(ack.timeout).to_string();
+        match (reply.acked, reply.unconfirmed.as_slice()) {
+            (Some(n), _) if n < ack.replicas => Err(RedisFailure::replicas(
+                &answered.by,
+                self.name(),
+                n,
+                ack.replicas,
+                &timeout,
+            )),
+            (_, missing @ [_, ..]) => Err(RedisFailure::unconfirmed(
                 &answered.by,
                 self.name(),
                 missing,
-                &humantime::format_duration(ack.timeout).to_string(),
+                &timeout,
             )),
             _ => Ok(()),
         }
