@@ -75,11 +75,10 @@ impl<'a, L: Lock> Acquirer<'a, L> {
     /// queue at once; if even that fails, its place expires by itself.
     pub(super) async fn acquire(
         &self,
-        token: &mut Token,
         prepare: impl FnOnce(),
         signals: &mut Signals,
     ) -> Result<Held, Ending> {
-        let result = self.attempts(token, prepare, signals).await;
+        let result = self.attempts(prepare, signals).await;
         if result.is_err() && self.waits() {
             let within = self.run.cfg.target.timeout.min(LEAVE_QUEUE_WITHIN);
             self.run.lock.leave_queue(&self.holder, within).await;
@@ -90,7 +89,6 @@ impl<'a, L: Lock> Acquirer<'a, L> {
     /// The attempts, until one is granted or the run gives up.
     async fn attempts(
         &self,
-        token: &mut Token,
         prepare: impl FnOnce(),
         signals: &mut Signals,
     ) -> Result<Held, Ending> {
@@ -114,7 +112,7 @@ impl<'a, L: Lock> Acquirer<'a, L> {
             }
         };
         let waiter_id = holder.waiter.as_ref().map(|w| w.id.as_str());
-        let mut backoff = Backoff::new(token.seed());
+        let mut backoff = Backoff::new(Token::new().seed());
         let mut notices = Notices::NotYet;
         // When the last "waiting" line went to a log (stderr not a terminal).
         let mut last_logged: Option<Stamp> = None;
@@ -133,20 +131,11 @@ impl<'a, L: Lock> Acquirer<'a, L> {
                 ),
                 None => (cfg.target.timeout, None),
             };
-            let attempting = lock.try_acquire(token, cfg.ttl, holder, within);
+            let attempting = lock.try_acquire(cfg.ttl, holder, within);
             let attempt = match work {
                 Some(work) => beside(attempting, work).await,
                 None => attempting.await,
             };
-            match &attempt {
-                // That attempt was taken back and its token cancelled (see the contract).
-                Err(e) if e.may_have_written() => *token = Token::new(),
-                // Busy on a quorum can also come with a take-back on the nodes whose reply was
-                // lost, which cancels the token there: a fresh token keeps those nodes usable
-                // for the next attempt. (The waiter's place in a queue has its own id.)
-                Ok(Attempt::Busy(_)) => *token = Token::new(),
-                _ => {}
-            }
             let now = Stamp::now();
             let left = match cfg.wait {
                 Wait::Forever => Some(Duration::MAX),
@@ -157,6 +146,7 @@ impl<'a, L: Lock> Acquirer<'a, L> {
             match attempt {
                 Ok(Attempt::Granted(grant)) => {
                     break Ok(Held {
+                        token: grant.token,
                         lease: Lease::granted(grant.counted_from, cfg.ttl, cfg.grace)
                             .expect("config guarantees ttl > drift"),
                         counted_from: grant.counted_from,

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::lease::{Lease, Stamp, Standing};
-use crate::lock::{Lock, RedisFailure, Renewal, Token};
+use crate::lock::{Lock, RedisFailure, Renewal, ReplicaAck, Token};
 use crate::report::Reporter;
 
 use super::outcome::LeaseEnd;
@@ -51,9 +51,7 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
             heartbeat: cfg.heartbeat,
             lease: held.lease,
             attempt: (cfg.ttl / 4).max(Duration::from_millis(50))
-                + cfg
-                    .replicas
-                    .map_or(Duration::ZERO, |a| a.timeout + Duration::from_millis(300)),
+                + ReplicaAck::wait_time(cfg.replicas),
             // Heartbeats count from the acquire's send time, like the lease they extend.
             renewals: Renewals::Due(held.counted_from.checked_add(cfg.heartbeat)),
             last_error: String::from("no renewal was answered in time"),

@@ -82,6 +82,8 @@ impl<L> Copy for Run<'_, L> {}
 
 /// The lock as held by this run.
 struct Held {
+    /// The token that won the lock (the backend's, from the grant).
+    token: Token,
     lease: Lease,
     /// Heartbeats count from here, like the lease.
     counted_from: Stamp,
@@ -115,7 +117,6 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
         lock: &lock,
         report,
     };
-    let mut token = Token::new();
     let acquirer = Acquirer::new(run, start);
 
     // A run that waits has the command's process tree (its cgroup and guard) made while its
@@ -130,7 +131,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
             tree = Tree::ahead();
         }
     };
-    let held = match acquirer.acquire(&mut token, prepare, &mut signals).await {
+    let held = match acquirer.acquire(prepare, &mut signals).await {
         Ok(held) => held,
         Err(ending) => return (Outcome::NotHeld(ending), false),
     };
@@ -145,7 +146,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
         ),
     );
     let tree = tree.unwrap_or_else(Tree::new);
-    let held_end = run.hold(&token, &held, tree, &mut signals).await;
+    let held_end = run.hold(&held.token, &held, tree, &mut signals).await;
     let under = held_end.under;
 
     // The one release. --hold-at-least keeps the lock only after a command that ran: a
@@ -164,7 +165,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     };
     // Nothing of the command runs any more; its cgroup is removed while the release is on its
     // way.
-    let releasing = run.release(&token, keep, under.lease_lost());
+    let releasing = run.release(&held.token, keep, under.lease_lost());
     let release = beside(releasing, || drop(held_end.emptied)).await;
     let outcome = Outcome::Held { under, release };
     tell(cfg, lock.name(), &outcome, keep, report);

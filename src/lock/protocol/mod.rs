@@ -19,7 +19,8 @@
 //! by the node the slot leaves only if every key it names is still there (else `ASK` if none
 //! is, `TRYAGAIN` if some are: Redis 7.0 and Valkey; `ASK` in both cases on Redis 6.2), and by
 //! the node it goes to, behind `ASKING`, only if it names one key or has them all (else
-//! `TRYAGAIN`). Companions that often exist nowhere (the queue, the cancelled tokens) would
+//! `TRYAGAIN`); and a key that exists on both nodes stops the migration (`MIGRATE` refuses to
+//! overwrite it). Companions that often exist nowhere (the queue, the cancelled tokens) would
 //! make every script with several declared keys fail until the migration ends. With one
 //! declared key Redis runs the script where that key is (or, if it left, on the importing
 //! node), and the script reaches the others one command at a time (`scripts/reach.lua`); a
@@ -31,7 +32,7 @@
 //! What each script does with a key it cannot reach (on the node the slot leaves, a key that
 //! is not there), and which keys must have left that node before a script may run on the
 //! other one ([`ScriptCall::needs_moved`]), is written in the scripts; `topology/cluster.rs`
-//! does the routing.
+//! does the routing. This is the one place that tells how Redis serves a migrating slot.
 
 pub mod keys;
 pub mod mutex;
@@ -170,7 +171,7 @@ impl ScriptCall {
     /// `--limit` key, lost to an eviction or expired while a migration stalled). Sent to the
     /// node a migrating slot goes to (behind ASKING), the call says '0' instead
     /// ([`ScriptCall::on_importing_node`]): the node the slot leaves may still have that key,
-    /// and a key created on both would stop the migration (`MIGRATE` refuses to overwrite it).
+    /// and a key on both would stop the migration (see the module's notes).
     pub fn creating(mut self) -> ScriptCall {
         self.args.push("1".to_owned());
         self.creating_at = Some(self.args.len() - 1);
@@ -189,8 +190,7 @@ impl ScriptCall {
     /// The keys (among `names`) that this script reads to decide, or may create. On a
     /// cluster whose slot is being migrated, the script runs on the node the slot goes to
     /// only once the node it leaves has none of them left: that node could then not see
-    /// what they hold, and a key created on both would stop the migration (`MIGRATE` refuses
-    /// to overwrite it).
+    /// what they hold, and a key created on both would stop the migration.
     pub fn needing_moved(mut self, keys: &[&str]) -> ScriptCall {
         self.needs_moved = keys.iter().map(|k| (*k).to_owned()).collect();
         self

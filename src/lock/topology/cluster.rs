@@ -1,7 +1,8 @@
-//! The mutex on a Redis Cluster.
+//! The cluster route: the master of the lock's slot in a Redis Cluster, found, followed, and
+//! sorted out from a migration of that slot.
 //!
 //! Every key of one lock lives in one hash slot (`protocol/keys.rs`), so one node, the master
-//! serving that slot, holds the whole lock: this backend talks to that node alone, through a
+//! serving that slot, holds the whole lock: this route talks to that node alone, through a
 //! [`Server`] (so the per-call bounds, the never-reused timed-out connection, EVALSHA then
 //! EVAL, and the WAIT in the script's pipeline are those of one server). What a cluster adds
 //! is finding that node, and following it when it changes:
@@ -23,35 +24,37 @@
 //!   **LOADING**: pause 10 ms, doubling up to 200 ms, and resend.
 //!
 //! All of it within the call's own bound, which a redirect never extends, and with at most
-//! [`MAX_HOPS`] redirects in a row without a pause (two nodes that disagree end as an error,
+//! `MAX_HOPS` redirects in a row without a pause (two nodes that disagree end as an error,
 //! not a loop).
 //!
-//! **While the lock's own slot is being migrated.** Every script declares one key and
-//! reaches the others by name (`protocol/mod.rs`), so Redis runs it where its declared key is.
-//! The node the slot leaves can read and write only the keys it still has, and create none;
-//! the node it goes to cannot see what the first one still has. Hence:
+//! **While the lock's own slot is being migrated.** How Redis serves a migrating slot, and
+//! why every script declares one key, is told in `protocol/mod.rs`; what it means for the
+//! routing:
 //! - renewal and release decide on the lock key alone, wherever it is, and create nothing:
 //!   they work throughout;
 //! - an acquire runs where the lock is. On the node the slot leaves, that is a held lock
 //!   (busy, or our own token taken anew); on the node it goes to, only once the first has
 //!   none of the lock's other keys (ASK above), so that the fence counter, the queue and the
-//!   cancelled tokens it reads are the real ones, and no key it creates exists twice (which
-//!   would make the migration's `MIGRATE` fail). A free lock whose fence counter or queue is
-//!   still on the old node therefore waits until they move: Redis gives no way to take it
-//!   earlier without losing the fence's order or the queue's. A waiter meanwhile keeps its
-//!   place where the queue is (keep_place.lua, routed by the queue);
+//!   cancelled tokens it reads are the real ones, and no key it creates exists on both. A
+//!   free lock whose fence counter or queue is still on the old node therefore waits until
+//!   they move: Redis gives no way to take it earlier without losing the fence's order or
+//!   the queue's. A waiter meanwhile keeps its place where the queue is (keep_place.lua,
+//!   routed by the queue: [`Route::acquire`]);
 //! - `status` reads each key where it is: the replies the slot's master answers with ASK are
 //!   read again on the node named, each behind its own `ASKING`.
 //!
-//! Why not the redis crate's cluster client: its defaults retry 16 times with waits of
-//! 1.28 s and more (a lease is often shorter); on NOSCRIPT it broadcasts SCRIPT LOAD to every
-//! node and waits for all (one frozen unrelated master stalls the renewal); a plain WAIT goes
-//! to every master (redis 1.8.1, as read and measured in the project's scale-out notes).
-//! Here NOSCRIPT is answered with EVAL to the same node, and WAIT travels with the script to
-//! the key's master, whose replicas are the ones that matter.
+//! **Why not the redis crate's cluster client.** Its retries and their waits are settings,
+//! `Script` is the only call that broadcasts SCRIPT LOAD (EVALSHA and EVAL sent as commands
+//! go to the key's node), and a pipeline goes to its first key's slot, WAIT included (redis
+//! 1.8). What it cannot do is the ASK above: it follows an ASK at once, with the same
+//! command, while here an ASK is followed only after the node that said it confirmed that
+//! the keys the script needs have left (`EXISTS`), and with the call rewritten for the
+//! importing node (`ScriptCall::on_importing_node`). The client has no hook between the ASK
+//! and the resend; without that check, an acquire on the importing node could take a lock
+//! whose fence counter and queue are still on the old node, and create keys that stop the
+//! migration.
 //!
-//! Release notices: a plain SUBSCRIBE on the slot's master. A cluster forwards every PUBLISH
-//! to every node, so any node would do; a missed notice costs one poll interval.
+//! Release notices: a plain SUBSCRIBE on the slot's master (see `subscribe`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -62,17 +65,18 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{ConnectionAddr, ConnectionInfo, Pipeline, Value};
 use tokio::time::Instant;
 
-use super::server::{
-    deadline_in, first_error, is_noscript, script_reply, with_wait, ScriptReply, Server,
-};
+use super::one_master::{Acquired, Answered, OneMaster, Route};
+use super::server::{deadline_in, is_noscript, script_reply, with_wait, ScriptReply, Server};
+use super::shared::protocol_for;
 use crate::config::{Target, Tls};
-use crate::lease::Stamp;
+use crate::lock::protocol::keys::Keys;
 use crate::lock::protocol::mutex::{self, AcquireReply};
-use crate::lock::protocol::{status, Protocol, ScriptCall};
-use crate::lock::{
-    Attempt, Grant, Holder, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal,
-    ReplicaAck, Status, Token,
-};
+use crate::lock::protocol::ScriptCall;
+use crate::lock::{Holder, HolderInfo, RedisFailure, ReleaseNotices, ReplicaAck};
+
+mod replies;
+
+use replies::{addr_of, redirect, redirect_of, slot, slot_owner, Addr, Redirect};
 
 /// Redirects (MOVED, ASK, a pause after TRYAGAIN) followed within one call at most.
 const MAX_HOPS: u32 = 8;
@@ -81,19 +85,11 @@ const MAX_HOPS: u32 = 8;
 const RETRY_FIRST: Duration = Duration::from_millis(10);
 const RETRY_MOST: Duration = Duration::from_millis(200);
 
-/// As in single.rs: the least time given to taking back a write.
-const UNDO_AT_LEAST: Duration = Duration::from_millis(50);
-
-/// A node's address as the cluster names it.
-type Addr = (String, u16);
-
 pub struct Cluster {
-    protocol: Protocol,
+    /// The lock's keys, all in one slot.
+    keys: Keys,
     /// The hash slot of every key of the lock.
     slot: u16,
-    ack: Option<ReplicaAck>,
-    /// Bound on connecting and on each reply (`--connect-timeout`).
-    timeout: Duration,
     /// The seeds from `--redis`; a node learned later is reached with the first seed's
     /// settings (credentials, protocol, TLS): a cluster's nodes share them.
     seeds: Vec<ConnectionInfo>,
@@ -114,16 +110,9 @@ struct Answer {
     addr: Addr,
 }
 
-/// What an error reply asks the client to do.
-enum Redirect {
-    Moved(Addr),
-    Ask(Addr),
-    Pause,
-}
-
 /// How `send` treats a call and its redirects.
 #[derive(Clone, Copy)]
-struct Route<'a> {
+struct Handling<'a> {
     /// The keys that must have left the node a migrating slot leaves before the call goes to
     /// the node it goes to (`ScriptCall::needs_moved`).
     needs_moved: &'a [String],
@@ -135,9 +124,9 @@ struct Route<'a> {
     when_asking: Option<&'a Pipeline>,
 }
 
-impl Route<'_> {
+impl Handling<'_> {
     /// A call that needs none of the lock's keys moved before it may follow an ASK.
-    const PLAIN: Route<'static> = Route {
+    const PLAIN: Handling<'static> = Handling {
         needs_moved: &[],
         on_split: OnSplit::Wait,
         keep_asks: false,
@@ -145,8 +134,8 @@ impl Route<'_> {
     };
 
     /// `call`, with `when_asking` its pipeline as sent to the node a migrating slot goes to.
-    fn of<'a>(call: &'a ScriptCall, on_split: OnSplit, when_asking: &'a Pipeline) -> Route<'a> {
-        Route {
+    fn of<'a>(call: &'a ScriptCall, on_split: OnSplit, when_asking: &'a Pipeline) -> Handling<'a> {
+        Handling {
             needs_moved: call.needs_moved(),
             on_split,
             keep_asks: false,
@@ -180,45 +169,40 @@ enum LeftBehind {
     Redirect(Redirect),
 }
 
-impl Cluster {
-    /// Find the master of `target`'s slot through the seeds, and connect to it.
-    pub async fn open(
-        seeds: &[ConnectionInfo],
-        target: &Target,
-        ack: Option<ReplicaAck>,
-        within: Duration,
-    ) -> Result<Cluster, RedisFailure> {
-        let protocol = Protocol::new(&target.key, target.limit).map_err(|e| {
-            // config.rs refuses such names before Redis is contacted; this is a backstop.
-            RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
-        })?;
-        if seeds.is_empty() {
-            // cluster_url.rs refuses a URL without nodes; a backstop.
-            return Err(RedisFailure::unexpected(&target.redis_shown, "no nodes"));
-        }
-        #[cfg(feature = "tls")]
-        if seeds.iter().any(crate::config::is_tls) {
-            // Before any node is reached, whichever it is.
-            super::server::install_tls_provider();
-        }
-        let cluster = Cluster {
-            slot: slot(&protocol.keys().lock),
-            protocol,
-            ack,
-            timeout: target.timeout,
-            seeds: seeds.to_vec(),
-            tls: target.tls.clone(),
-            nodes: RefCell::new(HashMap::new()),
-            owner: RefCell::new(None),
-            known: RefCell::new(Vec::new()),
-        };
-        let deadline = deadline_in(within);
-        let owner = cluster.owner(deadline).await?;
-        let node = cluster.node(&owner)?;
-        node.connect(remaining(deadline)).await?;
-        Ok(cluster)
+/// Find the master of `target`'s slot through the seeds, and connect to it.
+pub async fn open(
+    seeds: &[ConnectionInfo],
+    target: &Target,
+    ack: Option<ReplicaAck>,
+    within: Duration,
+) -> Result<OneMaster<Cluster>, RedisFailure> {
+    let protocol = protocol_for(target)?;
+    if seeds.is_empty() {
+        // cluster_url.rs refuses a URL without nodes; a backstop.
+        return Err(RedisFailure::unexpected(&target.redis_shown, "no nodes"));
     }
+    #[cfg(feature = "tls")]
+    if seeds.iter().any(crate::config::is_tls) {
+        // Before any node is reached, whichever it is.
+        super::server::install_tls_provider();
+    }
+    let cluster = Cluster {
+        keys: protocol.keys().clone(),
+        slot: slot(&protocol.keys().lock),
+        seeds: seeds.to_vec(),
+        tls: target.tls.clone(),
+        nodes: RefCell::new(HashMap::new()),
+        owner: RefCell::new(None),
+        known: RefCell::new(Vec::new()),
+    };
+    let deadline = deadline_in(within);
+    let owner = cluster.owner(deadline).await?;
+    let node = cluster.node(&owner)?;
+    node.connect(remaining(deadline)).await?;
+    Ok(OneMaster::new(cluster, protocol, ack, target))
+}
 
+impl Cluster {
     /// The slot's master: the one last learned, or the one the nodes name now.
     async fn owner(&self, deadline: Instant) -> Result<Addr, RedisFailure> {
         if let Some(addr) = self.owner.borrow().clone() {
@@ -336,7 +320,7 @@ impl Cluster {
         pipe: &Pipeline,
         what: &str,
         deadline: Instant,
-        route: Route<'_>,
+        route: Handling<'_>,
     ) -> Result<Sent, RedisFailure> {
         let mut asking: Option<Addr> = None;
         let mut pause = RETRY_FIRST;
@@ -474,8 +458,7 @@ impl Cluster {
             shown,
             format!(
                 "slot {} is being migrated and the keys of the lock {} have not all moved yet",
-                self.slot,
-                self.protocol.keys().lock
+                self.slot, self.keys.lock
             ),
         )
     }
@@ -485,16 +468,18 @@ impl Cluster {
     /// behind its own `ASKING` (which lasts one command). Reading a key on the node the slot
     /// goes to after its old node said it is not there reads it where it is: the old node
     /// never gets a key back while the slot migrates.
-    async fn read_status(&self, deadline: Instant) -> Result<Answer, RedisFailure> {
-        let pipe = self.protocol.status();
-        let route = Route {
+    async fn read_status(
+        &self,
+        pipe: &Pipeline,
+        deadline: Instant,
+    ) -> Result<Answer, RedisFailure> {
+        let route = Handling {
             keep_asks: true,
-            ..Route::PLAIN
+            ..Handling::PLAIN
         };
         let mut pause = RETRY_FIRST;
         loop {
-            let Sent::Answer(mut answer) = self.send(&pipe, "status", deadline, route).await?
-            else {
+            let Sent::Answer(mut answer) = self.send(pipe, "status", deadline, route).await? else {
                 // OnSplit::Wait never gives back a split.
                 return Err(self.split_failure(&self.shown()));
             };
@@ -555,7 +540,7 @@ impl Cluster {
 
     /// Run `call` on the slot's master (EVALSHA, then EVAL on NOSCRIPT, to that same node:
     /// never a SCRIPT LOAD to all), with its WAIT for `ack` in the same pipeline.
-    async fn script(
+    async fn script_until(
         &self,
         call: &ScriptCall,
         ack: Option<ReplicaAck>,
@@ -586,7 +571,7 @@ impl Cluster {
                 &with_wait(call.evalsha(), ack),
                 what,
                 deadline,
-                Route::of(call, on_split, &asking),
+                Handling::of(call, on_split, &asking),
             )
             .await?;
         if matches!(&sent, Sent::Answer(answer) if is_noscript(answer.replies.first())) {
@@ -596,7 +581,7 @@ impl Cluster {
                     &with_wait(call.eval(), ack),
                     what,
                     deadline,
-                    Route::of(call, on_split, &asking),
+                    Handling::of(call, on_split, &asking),
                 )
                 .await?;
         }
@@ -615,41 +600,24 @@ impl Cluster {
         holder: &HolderInfo,
         busy: Option<Holder>,
         deadline: Instant,
-    ) -> Result<Attempt, RedisFailure> {
+    ) -> Result<Holder, RedisFailure> {
         let Some(waiter) = &holder.waiter else {
             // Only waiters are sent here.
-            return Ok(Attempt::Busy(busy.unwrap_or_default()));
+            return Ok(busy.unwrap_or_default());
         };
-        let call = self.protocol.keep_place(waiter);
-        let (reply, node) = self.script(&call, None, "acquire", deadline).await?;
+        let call = mutex::keep_place(&self.keys, waiter);
+        let (reply, node) = self.script_until(&call, None, "acquire", deadline).await?;
         let Some(AcquireReply::Busy(kept)) = mutex::parse_acquire(&reply.value) else {
             return Err(Self::unexpected(&node, "acquire", &reply.value));
         };
-        Ok(Attempt::Busy(match busy {
+        Ok(match busy {
             Some(busy) => Holder {
                 queued: kept.queued,
                 place: kept.place,
                 ..busy
             },
             None => kept,
-        }))
-    }
-
-    /// Take back a write that may have landed, as single.rs does: EVAL of cancel.lua, at
-    /// once, so that it takes effect even if its own reply is lost. Best effort.
-    async fn undo(&self, token: &Token, within: Duration) {
-        let call = self.protocol.cancel(&token.as_str());
-        let mut pipe = redis::pipe();
-        pipe.add_command(call.eval()).ignore_errors();
-        // cancel.lua creates nothing: the same call goes behind ASKING.
-        let route = Route::of(&call, OnSplit::Wait, &pipe);
-        let _ = self
-            .send(&pipe, "release", deadline_in(within), route)
-            .await;
-    }
-
-    fn check_acks(&self, acked: Option<u32>, node: &Server) -> Result<(), RedisFailure> {
-        RedisFailure::check_acks(node.shown(), self.name(), self.ack, acked)
+        })
     }
 
     fn unexpected(node: &Server, what: &str, reply: &Value) -> RedisFailure {
@@ -657,129 +625,96 @@ impl Cluster {
     }
 }
 
-impl Lock for Cluster {
-    fn name(&self) -> &str {
-        &self.protocol.keys().lock
+/// A reply of `node`, named in messages by its address.
+fn answered<T>(reply: T, node: &Server) -> Answered<T> {
+    Answered {
+        reply,
+        by: node.shown().to_owned(),
+    }
+}
+
+impl Route for Cluster {
+    async fn script(
+        &self,
+        call: &ScriptCall,
+        ack: Option<ReplicaAck>,
+        what: &str,
+        within: Duration,
+    ) -> Result<Answered<ScriptReply>, RedisFailure> {
+        let (reply, node) = self
+            .script_until(call, ack, what, deadline_in(within))
+            .await?;
+        Ok(answered(reply, &node))
     }
 
-    async fn try_acquire(
+    /// An acquire runs where the lock is; a waiter's attempt that finds the lock's keys split
+    /// across a migration, or could not queue (the queue is out of the script's reach), keeps
+    /// its place where the queue is instead (see the module's notes).
+    async fn acquire(
         &self,
-        token: &Token,
-        ttl: Duration,
+        call: &ScriptCall,
         holder: &HolderInfo,
+        ack: Option<ReplicaAck>,
         within: Duration,
-    ) -> Result<Attempt, RedisFailure> {
-        let counted_from = Stamp::now();
-        let deadline = counted_from.checked_add(within);
-        let call = self.protocol.acquire(&token.as_str(), ttl, holder);
-        // As in single.rs: a quarter of the bound is kept for taking the write back.
-        let for_script = within - within / 4 + Server::wait_time(self.ack);
-        let result = async {
-            let for_script = deadline_in(for_script);
-            let waits = holder.waiter.is_some();
-            let on_split = if waits {
-                OnSplit::Report
-            } else {
-                OnSplit::Wait
-            };
-            let Some((reply, node)) = self
-                .script_or_split(&call, self.ack, "acquire", for_script, on_split)
-                .await?
-            else {
-                return self.keep_place(holder, None, for_script).await;
-            };
-            match mutex::parse_acquire(&reply.value) {
-                Some(AcquireReply::Granted { fence }) => {
-                    self.check_acks(reply.acked, &node)?;
-                    Ok(Attempt::Granted(Grant {
-                        fence,
-                        counted_from,
-                    }))
-                }
-                // Not queued: a waiter always is, unless the queue is out of the script's
-                // reach (a migration).
-                Some(AcquireReply::Busy(busy)) if waits && busy.place == 0 => {
-                    self.keep_place(holder, Some(busy), for_script).await
-                }
-                Some(AcquireReply::Busy(busy)) => Ok(Attempt::Busy(busy)),
-                None => Err(Self::unexpected(&node, "acquire", &reply.value)),
+    ) -> Result<Acquired, RedisFailure> {
+        let deadline = deadline_in(within);
+        let waits = holder.waiter.is_some();
+        let on_split = if waits {
+            OnSplit::Report
+        } else {
+            OnSplit::Wait
+        };
+        let Some((reply, node)) = self
+            .script_or_split(call, ack, "acquire", deadline, on_split)
+            .await?
+        else {
+            return Ok(Acquired::Busy(
+                self.keep_place(holder, None, deadline).await?,
+            ));
+        };
+        // Not queued: a waiter always is, unless the queue is out of the script's reach.
+        if let Some(AcquireReply::Busy(busy)) = mutex::parse_acquire(&reply.value) {
+            if waits && busy.place == 0 {
+                let kept = self.keep_place(holder, Some(busy), deadline).await?;
+                return Ok(Acquired::Busy(kept));
             }
         }
-        .await;
-        if let Err(e) = &result {
-            if e.may_have_written() {
-                let left = deadline.map_or(Duration::ZERO, |d| Stamp::now().until(d));
-                self.undo(token, left.max(UNDO_AT_LEAST)).await;
-            }
-        }
-        result
+        Ok(Acquired::Reply(answered(reply, &node)))
     }
 
-    async fn renew(
+    /// cancel.lua creates nothing: the same EVAL goes behind ASKING.
+    async fn eval(
         &self,
-        token: &Token,
-        ttl: Duration,
+        call: &ScriptCall,
+        what: &str,
         within: Duration,
-    ) -> Result<Renewal, RedisFailure> {
-        let counted_from = Stamp::now();
-        let call = self.protocol.renew(&token.as_str(), ttl);
-        let (reply, node) = self
-            .script(&call, self.ack, "the renewal", deadline_in(within))
-            .await?;
-        match mutex::parse_renew(&reply.value) {
-            Some(true) => {
-                self.check_acks(reply.acked, &node)?;
-                Ok(Renewal::Renewed { counted_from })
-            }
-            Some(false) => Ok(Renewal::Lost),
-            None => Err(Self::unexpected(&node, "the renewal", &reply.value)),
-        }
+    ) -> Result<(), RedisFailure> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.eval()).ignore_errors();
+        let route = Handling::of(call, OnSplit::Wait, &pipe);
+        self.send(&pipe, what, deadline_in(within), route)
+            .await
+            .map(drop)
     }
 
-    async fn release(
+    async fn read(
         &self,
-        token: &Token,
-        keep: Duration,
+        pipe: &Pipeline,
+        what: &str,
         within: Duration,
-    ) -> Result<Released, RedisFailure> {
-        let call = self.protocol.release(&token.as_str(), keep);
-        let (reply, node) = self
-            .script(&call, None, "release", deadline_in(within))
-            .await?;
-        mutex::parse_release(&reply.value)
-            .ok_or_else(|| Self::unexpected(&node, "release", &reply.value))
+    ) -> Result<Answered<Vec<Value>>, RedisFailure> {
+        let _ = what; // always the status pipeline, named so in every message
+        let answer = self.read_status(pipe, deadline_in(within)).await?;
+        Ok(answered(answer.replies, &answer.node))
     }
 
-    async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
+    /// A plain SUBSCRIBE on the slot's master. A cluster forwards every PUBLISH to every
+    /// node, so any node would do; a missed notice costs one poll interval.
+    async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices> {
         let deadline = deadline_in(within);
         let owner = self.owner(deadline).await.ok()?;
         let node = self.node(&owner).ok()?;
-        node.subscribe(&self.protocol.keys().released, remaining(deadline))
-            .await
-    }
-
-    async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
-        if let Some(waiter) = &holder.waiter {
-            let call = self.protocol.leave(&waiter.id);
-            let _ = self
-                .script(&call, None, "leaving the queue", deadline_in(within))
-                .await;
-        }
-    }
-
-    async fn status(&self) -> Result<Status, RedisFailure> {
-        let answer = self.read_status(deadline_in(self.timeout)).await?;
-        let node = &answer.node;
-        match status::parse(&answer.replies) {
-            Ok(Some(status)) => Ok(status),
-            Ok(None) => Err(Self::unexpected(
-                node,
-                "status",
-                &Value::Array(answer.replies.clone()),
-            )),
-            Err(error) => Err(first_error(std::slice::from_ref(error), node.shown())
-                .unwrap_or_else(|| Self::unexpected(node, "status", error))),
-        }
+        node.subscribe(channel, remaining(deadline)).await
     }
 }
 
@@ -797,224 +732,4 @@ fn behind_asking(pipe: &Pipeline) -> Pipeline {
     }
     asking.ignore_errors();
     asking
-}
-
-/// The first redirect among `replies`, with the error reply that said it; ASK replies are
-/// skipped with `keep_asks`.
-fn redirect(
-    replies: &[Value],
-    from: &str,
-    keep_asks: bool,
-) -> Option<(Redirect, redis::ServerError)> {
-    replies.iter().find_map(|reply| {
-        let Value::ServerError(err) = reply else {
-            return None;
-        };
-        match redirect_of(err, from)? {
-            Redirect::Ask(_) if keep_asks => None,
-            redirect => Some((redirect, err.clone())),
-        }
-    })
-}
-
-/// What the error reply `err` of a node on `from` asks for, if it is a redirect. A node named
-/// without a host (`MOVED 12 :7001`, a node that does not know its address) is on `from`.
-fn redirect_of(err: &redis::ServerError, from: &str) -> Option<Redirect> {
-    let target = || {
-        let to = err.details()?.split_whitespace().nth(1)?;
-        let (host, port) = to.rsplit_once(':')?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let host = if host.is_empty() { from } else { host };
-        Some((host.to_owned(), port.parse().ok()?))
-    };
-    Some(match err.code() {
-        "MOVED" => Redirect::Moved(target()?),
-        "ASK" => Redirect::Ask(target()?),
-        "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" => Redirect::Pause,
-        _ => return None,
-    })
-}
-
-/// From a `CLUSTER SLOTS` reply asked of a node on `from`: the master of `slot`, and every
-/// node named (masters and replicas).
-fn slot_owner(reply: &Value, slot: u16, from: &str) -> Option<(Addr, Vec<Addr>)> {
-    let Value::Array(ranges) = reply else {
-        return None;
-    };
-    let node = |v: &Value| -> Option<Addr> {
-        let Value::Array(fields) = v else { return None };
-        let host = match fields.first()? {
-            Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
-            Value::SimpleString(s) => s.clone(),
-            _ => return None,
-        };
-        // "" is the node asked; "?" (Redis 7) an endpoint the node does not know.
-        let host = match host.as_str() {
-            "" => from.to_owned(),
-            "?" => return None,
-            _ => host,
-        };
-        match fields.get(1)? {
-            Value::Int(port) => Some((host, u16::try_from(*port).ok()?)),
-            _ => None,
-        }
-    };
-    let mut owner = None;
-    let mut nodes = Vec::new();
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            continue;
-        };
-        let (Some(Value::Int(first)), Some(Value::Int(last))) = (fields.first(), fields.get(1))
-        else {
-            continue;
-        };
-        let served = (*first..=*last).contains(&i64::from(slot));
-        // The first node of a range is its master. Counted before unusable entries are
-        // dropped: a master listed as `?` (no address for this client) must not make its
-        // replica look like the master.
-        for (i, field) in fields.iter().skip(2).enumerate() {
-            let Some(addr) = node(field) else {
-                continue;
-            };
-            if served && i == 0 {
-                owner = Some(addr.clone());
-            }
-            if !nodes.contains(&addr) {
-                nodes.push(addr);
-            }
-        }
-    }
-    Some((owner?, nodes))
-}
-
-fn addr_of(info: &ConnectionInfo) -> Option<Addr> {
-    match info.addr() {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            Some((host.clone(), *port))
-        }
-        _ => None,
-    }
-}
-
-/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the part between
-/// the first `{` and the next `}`, if not empty) or of the whole key, modulo 16384.
-pub fn slot(key: &str) -> u16 {
-    let key = key.as_bytes();
-    let hashed = key
-        .iter()
-        .position(|&c| c == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let len = rest.iter().position(|&c| c == b'}')?;
-            (len > 0).then(|| &rest[..len])
-        })
-        .unwrap_or(key);
-    crc16(hashed) % 16384
-}
-
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lock::protocol::keys::Keys;
-
-    #[test]
-    fn slots_follow_the_cluster_spec() {
-        // The check value of CRC16/XMODEM, and slots as CLUSTER KEYSLOT gives them.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(slot("foo"), 12182);
-        assert_eq!(slot("{user1000}.following"), slot("user1000"));
-        assert_eq!(slot("{}x"), slot("{}x"));
-        assert_ne!(slot("{}x"), slot("x"));
-        assert_eq!(slot("a{}{b}"), crc16(b"a{}{b}") % 16384);
-    }
-
-    #[test]
-    fn every_key_of_a_lock_is_in_its_slot() {
-        for name in [
-            "redlock:job",
-            "redlock:{tag}:job",
-            "x{y}z",
-            "redlock:{a}{b}",
-        ] {
-            let k = Keys::new(name).unwrap();
-            let s = slot(&k.lock);
-            for key in [&k.fence, &k.holder, &k.released, &k.cancelled] {
-                assert_eq!(slot(key), s, "{key} of {name}");
-            }
-        }
-    }
-
-    fn error_reply(text: &str) -> Value {
-        redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap()
-    }
-
-    #[test]
-    fn reads_redirects() {
-        let moved = [Value::Okay, error_reply("MOVED 3999 10.0.0.2:7001")];
-        let Some((Redirect::Moved(to), _)) = redirect(&moved, "h", false) else {
-            panic!("no MOVED");
-        };
-        assert_eq!(to, ("10.0.0.2".to_owned(), 7001));
-        let Some((Redirect::Ask(to), _)) = redirect(&[error_reply("ASK 1 :7002")], "h", false)
-        else {
-            panic!("no ASK");
-        };
-        assert_eq!(to, ("h".to_owned(), 7002));
-        assert!(matches!(
-            redirect(
-                &[error_reply(
-                    "TRYAGAIN Multiple keys request during rehashing of slot"
-                )],
-                "h",
-                false
-            ),
-            Some((Redirect::Pause, _))
-        ));
-        assert!(redirect(&[error_reply("NOSCRIPT No matching script")], "h", false).is_none());
-        assert!(redirect(&[Value::Int(1)], "h", false).is_none());
-        // `status` keeps the ASK replies (to read those keys where they are), not the rest.
-        let mixed = [error_reply("ASK 1 :7002"), error_reply("TRYAGAIN x")];
-        assert!(matches!(
-            redirect(&mixed, "h", true),
-            Some((Redirect::Pause, _))
-        ));
-        assert!(redirect(&mixed[..1], "h", true).is_none());
-    }
-
-    #[test]
-    fn reads_cluster_slots() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let range = |a, b, nodes: Vec<(&str, i64)>| {
-            let mut v = vec![Value::Int(a), Value::Int(b)];
-            for (h, p) in nodes {
-                v.push(Value::Array(vec![bulk(h), Value::Int(p), bulk("id")]));
-            }
-            Value::Array(v)
-        };
-        let reply = Value::Array(vec![
-            range(0, 5460, vec![("10.0.0.1", 7000), ("10.0.0.4", 7003)]),
-            range(5461, 16383, vec![("", 7001)]),
-        ]);
-        let (owner, nodes) = slot_owner(&reply, 12182, "10.0.0.9").unwrap();
-        assert_eq!(owner, ("10.0.0.9".to_owned(), 7001));
-        assert_eq!(nodes.len(), 3);
-        assert_eq!(slot_owner(&reply, 5, "h").unwrap().0 .1, 7000);
-        assert!(slot_owner(&Value::Array(vec![range(0, 1, vec![])]), 5, "h").is_none());
-    }
 }

@@ -32,7 +32,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use futures_util::stream::{self, FuturesUnordered, StreamExt};
 
-use super::server::{first_error, Server};
+use super::server::Server;
+use super::shared::{named, read_status, UNDO_AT_LEAST};
 use crate::config::{QuorumNodes, Target};
 use crate::lease::{self, Stamp};
 use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
@@ -45,9 +46,6 @@ use crate::lock::{
 /// The least bound on one node's acquire or write-back: a round trip on a real network with
 /// room to spare, even for short ttls.
 const NODE_BOUND_FLOOR: Duration = Duration::from_millis(100);
-
-/// The least time given to taking back writes, even when the attempt used up its bound.
-const UNDO_AT_LEAST: Duration = Duration::from_millis(50);
 
 pub struct Quorum {
     nodes: Vec<Server>,
@@ -85,10 +83,7 @@ impl Quorum {
         target: &Target,
         within: Duration,
     ) -> Result<Quorum, RedisFailure> {
-        let mutex = Mutex::new(&target.key).map_err(|e| {
-            // config.rs refuses such names before Redis is contacted; this is a backstop.
-            RedisFailure::unexpected(&target.redis_shown, format!("lock name {e}"))
-        })?;
+        let mutex = named(target, Mutex::new(&target.key))?;
         let servers = nodes
             .nodes
             .iter()
@@ -311,11 +306,12 @@ impl Lock for Quorum {
 
     async fn try_acquire(
         &self,
-        token: &Token,
         ttl: Duration,
         holder: &HolderInfo,
         within: Duration,
     ) -> Result<Attempt, RedisFailure> {
+        // A token of its own: a take-back below cancels it on some nodes.
+        let token = &Token::new();
         // The lease counts from before the first byte goes to any node.
         let counted_from = Stamp::now();
         let deadline = counted_from.checked_add(within);
@@ -353,6 +349,7 @@ impl Lock for Quorum {
             let valid = lease::deadline(counted_from, ttl).is_some_and(|d| Stamp::now() < d);
             if raised >= self.quorum && valid {
                 return Ok(Attempt::Granted(Grant {
+                    token: token.clone(),
                     fence,
                     counted_from,
                 }));
@@ -501,12 +498,7 @@ impl Lock for Quorum {
             let pipe = &pipe;
             async move {
                 let replies = node.query(pipe, "status", self.timeout).await?;
-                match status::parse(&replies) {
-                    Ok(Some(status)) => Ok(status),
-                    Ok(None) => Err(unexpected(node, "status", &redis::Value::Array(replies))),
-                    Err(error) => Err(first_error(std::slice::from_ref(error), node.shown())
-                        .unwrap_or_else(|| unexpected(node, "status", error))),
-                }
+                read_status(replies, node.shown())
             }
         }))
         .await;

@@ -1,7 +1,7 @@
 //! The mutex on a master found through Redis Sentinel: `redis+sentinel://` URLs.
 //!
-//! The lock logic is `single.rs`'s, unchanged ([`Single`] over a [`Node`]); what this file
-//! adds is the node, [`Sentinel`]: a [`Server`] for the master that the sentinels name now.
+//! The lock logic is `one_master.rs`'s; what this file adds is the route, [`Sentinel`]: a
+//! [`Server`] for the master that the sentinels name now.
 //!
 //! - **Asked, then checked.** The sentinels are asked in turn (the one that answered last
 //!   first) with `SENTINEL GET-MASTER-ADDR-BY-NAME`, each within its share of the time left;
@@ -43,11 +43,12 @@ use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, Value};
+use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, Pipeline, Value};
 use tokio::time::Instant;
 
+use super::one_master::{Answered, OneMaster, Route};
 use super::server::{deadline_in, parse_master_role, text, ScriptReply, Server};
-use super::single::{protocol_for, Node, Single};
+use super::shared::protocol_for;
 use crate::config::{Target, Tls};
 use crate::lock::protocol::ScriptCall;
 use crate::lock::{FailureKind, RedisFailure, ReleaseNotices, ReplicaAck};
@@ -60,7 +61,7 @@ pub async fn open(
     target: &Target,
     ack: Option<ReplicaAck>,
     within: Duration,
-) -> Result<Single<Sentinel>, RedisFailure> {
+) -> Result<OneMaster<Sentinel>, RedisFailure> {
     let protocol = protocol_for(target)?;
     let node = Sentinel {
         spec: spec.clone(),
@@ -80,7 +81,7 @@ pub async fn open(
         Err(e) if e.is_transient() && node.heard.get() => {}
         Err(e) => return Err(e),
     }
-    Ok(Single::on(node, protocol, ack, target))
+    Ok(OneMaster::new(node, protocol, ack, target))
 }
 
 /// The master named by the sentinels, found again after every failure.
@@ -464,14 +465,18 @@ impl Sentinel {
         }
         Err(e)
     }
-}
 
-impl Node for Sentinel {
-    fn shown(&self) -> &str {
-        &self.shown
+    /// A reply, named in messages by the `--redis` URL.
+    fn answered<T>(&self, reply: T) -> Answered<T> {
+        Answered {
+            reply,
+            by: self.shown.clone(),
+        }
     }
 
-    async fn script(
+    /// `Route::script` on the master in use; with `--min-replicas`, confirmed by every
+    /// replica the sentinels could promote.
+    async fn confirmed_script(
         &self,
         call: &ScriptCall,
         ack: Option<ReplicaAck>,
@@ -520,7 +525,7 @@ impl Node for Sentinel {
         if acked < ack.replicas || !unconfirmed.is_empty() {
             // Too few replicas: this master may have lost them to a failover (the sentinels
             // moved them to a new master, or promoted one, while this one still takes
-            // writes). `Single` refuses the write; the next call asks the sentinels again.
+            // writes). `OneMaster` refuses the write; the next call asks the sentinels again.
             self.master.borrow_mut().take();
         }
         Ok(ScriptReply {
@@ -529,29 +534,43 @@ impl Node for Sentinel {
             unconfirmed,
         })
     }
+}
+
+impl Route for Sentinel {
+    async fn script(
+        &self,
+        call: &ScriptCall,
+        ack: Option<ReplicaAck>,
+        what: &str,
+        within: Duration,
+    ) -> Result<Answered<ScriptReply>, RedisFailure> {
+        let reply = self.confirmed_script(call, ack, what, within).await?;
+        Ok(self.answered(reply))
+    }
 
     async fn eval(
         &self,
         call: &ScriptCall,
         what: &str,
         within: Duration,
-    ) -> Result<Value, RedisFailure> {
+    ) -> Result<(), RedisFailure> {
         let deadline = deadline_in(within);
         let server = self.after(self.master(deadline).await)?;
         let left = deadline.saturating_duration_since(Instant::now());
-        self.after(server.eval(call, what, left).await)
+        self.after(server.eval(call, what, left).await).map(drop)
     }
 
-    async fn query(
+    async fn read(
         &self,
-        pipe: &redis::Pipeline,
+        pipe: &Pipeline,
         what: &str,
         within: Duration,
-    ) -> Result<Vec<Value>, RedisFailure> {
+    ) -> Result<Answered<Vec<Value>>, RedisFailure> {
         let deadline = deadline_in(within);
         let server = self.after(self.master(deadline).await)?;
         let left = deadline.saturating_duration_since(Instant::now());
-        self.after(server.query(pipe, what, left).await)
+        let replies = self.after(server.query(pipe, what, left).await)?;
+        Ok(self.answered(replies))
     }
 
     async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices> {

@@ -24,10 +24,6 @@ use crate::config::Tls;
 use crate::lock::protocol::ScriptCall;
 use crate::lock::{RedisFailure, ReleaseNotices, ReplicaAck};
 
-/// Time beyond the WAIT timeout for its reply: the server checks WAIT timeouts on a 100 ms
-/// timer, plus the round trip.
-const WAIT_SLACK: Duration = Duration::from_millis(300);
-
 /// One Redis server, reached over one connection at a time.
 pub struct Server {
     client: redis::Client,
@@ -282,11 +278,6 @@ impl Server {
             Value::ServerError(err) => Err(RedisFailure::from_redis(&err.into(), &self.shown)),
             value => Ok(value),
         }
-    }
-
-    /// How long a script call with `ack` may take beyond a plain reply.
-    pub fn wait_time(ack: Option<ReplicaAck>) -> Duration {
-        ack.map_or(Duration::ZERO, |a| a.timeout + WAIT_SLACK)
     }
 
     /// Subscribe to `channel` on a connection of its own, within `within`.
