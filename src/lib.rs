@@ -23,19 +23,14 @@
 
 pub mod backoff;
 pub mod cli;
-pub mod cluster_url;
 pub mod config;
 pub mod exit;
 pub mod lease;
 pub mod lock;
 mod process;
-pub mod redis_url;
 mod report;
 pub mod run;
-pub mod sentinel_url;
 pub mod status;
-#[cfg(feature = "tls")]
-pub mod tls_files;
 
 use clap::Parser;
 
@@ -148,7 +143,7 @@ fn parse_and_run() -> End {
             );
             exit::USAGE.into()
         }
-        Some(Sub::Status(args)) => match config::Target::from_args(&cli.conn) {
+        Some(Sub::Status(args)) => match config::target_from_args(&cli.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);
                 warn_about(&target, &report);
@@ -185,8 +180,8 @@ fn parse_and_run() -> End {
 }
 
 /// Settings that work but deserve a word (an even number of Redlock masters).
-fn warn_about(target: &config::Target, report: &Reporter) {
-    if let config::Endpoint::Quorum(nodes) = &target.endpoint {
+fn warn_about(target: &lock::target::Target, report: &Reporter) {
+    if let lock::target::Endpoint::Quorum(nodes) = &target.endpoint {
         if let Some(warning) = nodes.warning() {
             report.warn("config", warning);
         }

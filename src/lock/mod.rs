@@ -19,6 +19,7 @@
 
 mod error;
 pub mod protocol;
+pub mod target;
 mod token;
 pub mod topology;
 
@@ -31,8 +32,8 @@ pub use error::{FailureKind, RedisFailure};
 pub use protocol::keys::{check as check_name, BadName};
 pub use token::Token;
 
-use crate::config::{Endpoint, Target};
 use crate::lease::Stamp;
+use target::{Endpoint, Target};
 
 /// The contract between the supervisor and a lock backend.
 ///

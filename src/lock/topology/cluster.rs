@@ -65,10 +65,10 @@ use tokio::time::Instant;
 use super::server::{
     deadline_in, first_error, is_noscript, script_reply, with_wait, ScriptReply, Server,
 };
-use crate::config::{Target, Tls};
 use crate::lease::Stamp;
 use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::protocol::{status, Protocol, ScriptCall};
+use crate::lock::target::{Target, Tls};
 use crate::lock::{
     Attempt, Grant, Holder, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal,
     ReplicaAck, Status, Token,
@@ -197,7 +197,7 @@ impl Cluster {
             return Err(RedisFailure::unexpected(&target.redis_shown, "no nodes"));
         }
         #[cfg(feature = "tls")]
-        if seeds.iter().any(crate::config::is_tls) {
+        if seeds.iter().any(crate::lock::target::is_tls) {
             // Before any node is reached, whichever it is.
             super::server::install_tls_provider();
         }
@@ -299,7 +299,7 @@ impl Cluster {
         }
         let template = &self.seeds[0];
         let (host, port) = addr.clone();
-        let tls = crate::config::is_tls(template);
+        let tls = crate::lock::target::is_tls(template);
         let info = template.clone().set_addr(if tls {
             ConnectionAddr::TcpTls {
                 host: host.clone(),

@@ -33,10 +33,10 @@ use futures_util::future::join_all;
 use futures_util::stream::{self, FuturesUnordered, StreamExt};
 
 use super::server::{first_error, Server};
-use crate::config::{QuorumNodes, Target};
 use crate::lease::{self, Stamp};
 use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
 use crate::lock::protocol::{status, ScriptCall};
+use crate::lock::target::{QuorumNodes, Target};
 use crate::lock::{
     Attempt, FailureKind, Grant, Holder, HolderInfo, Lock, NodeStatus, RedisFailure,
     ReleaseNotices, Released, Renewal, Status, Token,

@@ -48,10 +48,9 @@ use tokio::time::Instant;
 
 use super::server::{deadline_in, parse_master_role, text, ScriptReply, Server};
 use super::single::{protocol_for, Node, Single};
-use crate::config::{Target, Tls};
 use crate::lock::protocol::ScriptCall;
+use crate::lock::target::{SentinelSpec, Target, Tls};
 use crate::lock::{FailureKind, RedisFailure, ReleaseNotices, ReplicaAck};
-use crate::sentinel_url::SentinelSpec;
 
 /// The mutex on the master that the sentinels of `spec` name, found within `within`:
 /// an unreachable set-up is reported before anything else happens.

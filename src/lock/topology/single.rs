@@ -18,10 +18,10 @@
 use std::time::Duration;
 
 use super::server::{first_error, ScriptReply, Server};
-use crate::config::Target;
 use crate::lease::Stamp;
 use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::protocol::{status, Protocol, ScriptCall};
+use crate::lock::target::Target;
 use crate::lock::{
     Attempt, Grant, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck,
     Status, Token,
