@@ -158,26 +158,6 @@ impl RedisFailure {
         Self::unexpected(server, format!("unexpected reply to {what}: {reply:?}"))
     }
 
-    /// With `--min-replicas`: `acked` (from the WAIT that travelled with the write on `key`)
-    /// fewer than `ack` asks for is a failure.
-    pub fn check_acks(
-        server: &str,
-        key: &str,
-        ack: Option<crate::lock::ReplicaAck>,
-        acked: Option<u32>,
-    ) -> Result<(), Self> {
-        match (ack, acked) {
-            (Some(ack), Some(n)) if n < ack.replicas => Err(Self::replicas(
-                server,
-                key,
-                n,
-                ack.replicas,
-                &humantime::format_duration(ack.timeout).to_string(),
-            )),
-            _ => Ok(()),
-        }
-    }
-
     pub fn unexpected(server: &str, detail: impl Into<String>) -> Self {
         RedisFailure {
             kind: FailureKind::Other,

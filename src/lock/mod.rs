@@ -1,22 +1,13 @@
-//! The lock, as the supervisor sees it: one contract, [`Lock`], and behind it two axes.
+//! The lock, as the supervisor sees it: one contract, [`Lock`], and the types it speaks in.
 //!
-//! - **Protocol** (`protocol/`): what a lock *is* in Redis. `protocol/mutex.rs` is one string
-//!   key holding the holder's token; `protocol/keys.rs` is the naming rule for a lock key and
-//!   its companions; `protocol/scripts/` holds the Lua.
-//! - **Topology** (`topology/`): how commands reach servers. `topology/server.rs` is one
-//!   connection to one server (replaced after any timeout; EVALSHA with an EVAL fallback; a
-//!   write and its WAIT in one pipeline); `topology/single.rs` is the first backend: the mutex
-//!   on one server; `topology/quorum.rs` is Redlock: the mutex on N independent masters;
-//!   `topology/cluster.rs` the mutex on a Redis Cluster (the master of the lock's slot,
-//!   followed through MOVED, ASK and failovers).
-//!
-//! `Backend` below names every backend; `open` picks one for a target. Adding a topology means
-//! a file under `topology/`, a variant here and its URL parsing in `config.rs`: the supervisor
-//! (`run.rs`), `child.rs`, `signals.rs` and `lease.rs` do not change.
-//!
-//! Also here: `error.rs` (Redis failures sorted into what a user must tell apart) and
-//! `token.rs` (the value that marks a lock as this run's).
+//! Behind it: `target/` (what `--redis` names), `protocol/` (what a lock *is* in Redis),
+//! `topology/` (how calls reach servers), and `backend.rs` ([`open`]: the backend a target
+//! names). Adding a topology means a file under `topology/`, a variant in `backend.rs` and its
+//! URL form under `target/`; nothing outside `lock/` changes. Also here: `error.rs` (Redis
+//! failures sorted into what a user must tell apart) and `token.rs` (the value that marks a
+//! lock as this run's).
 
+mod backend;
 mod error;
 pub mod protocol;
 pub mod target;
@@ -28,12 +19,12 @@ use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 
+pub use backend::{open, Backend};
 pub use error::{FailureKind, RedisFailure};
 pub use protocol::keys::{check as check_name, BadName};
 pub use token::Token;
 
 use crate::lease::Stamp;
-use target::{Endpoint, Target};
 
 /// The contract between the supervisor and a lock backend.
 ///
@@ -110,6 +101,29 @@ pub trait Lock {
 pub struct ReplicaAck {
     pub replicas: u32,
     pub timeout: Duration,
+}
+
+// Beside `ReplicaAck` rather than in error.rs, which then needs nothing from this file.
+impl RedisFailure {
+    /// With `--min-replicas`: `acked` (from the WAIT that travelled with the write on `key`)
+    /// fewer than `ack` asks for is a failure.
+    pub fn check_acks(
+        server: &str,
+        key: &str,
+        ack: Option<ReplicaAck>,
+        acked: Option<u32>,
+    ) -> Result<(), Self> {
+        match (ack, acked) {
+            (Some(ack), Some(n)) if n < ack.replicas => Err(Self::replicas(
+                server,
+                key,
+                n,
+                ack.replicas,
+                &humantime::format_duration(ack.timeout).to_string(),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The outcome of one acquire attempt.
@@ -274,120 +288,6 @@ impl ReleaseNotices {
             if payload == FOR_EVERYONE || Some(payload.as_str()) == waiter {
                 return;
             }
-        }
-    }
-}
-
-/// Every backend. The supervisor is generic over [`Lock`] and gets one of these from `open`.
-#[allow(clippy::large_enum_variant)] // one per run: its size does not matter
-pub enum Backend {
-    Single(topology::single::Single),
-    Cluster(topology::cluster::Cluster),
-    Quorum(topology::quorum::Quorum),
-    Sentinel(topology::single::Single<topology::sentinel::Sentinel>),
-}
-
-/// Connect to the lock described by `target` within `within`: fails with an
-/// `Unreachable`/`Auth` failure when the servers cannot be reached in time or refuse the
-/// credentials.
-pub async fn open(
-    target: &Target,
-    ack: Option<ReplicaAck>,
-    within: Duration,
-) -> Result<Backend, RedisFailure> {
-    Ok(match &target.endpoint {
-        Endpoint::Single(info) => {
-            Backend::Single(topology::single::Single::open(info, target, ack, within).await?)
-        }
-        Endpoint::Cluster(seeds) => {
-            Backend::Cluster(topology::cluster::Cluster::open(seeds, target, ack, within).await?)
-        }
-        Endpoint::Quorum(nodes) => {
-            Backend::Quorum(topology::quorum::Quorum::open(nodes, target, within).await?)
-        }
-        Endpoint::Sentinel(spec) => {
-            Backend::Sentinel(topology::sentinel::open(spec, target, ack, within).await?)
-        }
-    })
-}
-
-impl Lock for Backend {
-    fn name(&self) -> &str {
-        match self {
-            Backend::Single(b) => b.name(),
-            Backend::Cluster(b) => b.name(),
-            Backend::Quorum(b) => b.name(),
-            Backend::Sentinel(b) => b.name(),
-        }
-    }
-
-    async fn try_acquire(
-        &self,
-        token: &Token,
-        ttl: Duration,
-        holder: &HolderInfo,
-        within: Duration,
-    ) -> Result<Attempt, RedisFailure> {
-        match self {
-            Backend::Single(b) => b.try_acquire(token, ttl, holder, within).await,
-            Backend::Cluster(b) => b.try_acquire(token, ttl, holder, within).await,
-            Backend::Quorum(b) => b.try_acquire(token, ttl, holder, within).await,
-            Backend::Sentinel(b) => b.try_acquire(token, ttl, holder, within).await,
-        }
-    }
-
-    async fn renew(
-        &self,
-        token: &Token,
-        ttl: Duration,
-        within: Duration,
-    ) -> Result<Renewal, RedisFailure> {
-        match self {
-            Backend::Single(b) => b.renew(token, ttl, within).await,
-            Backend::Cluster(b) => b.renew(token, ttl, within).await,
-            Backend::Quorum(b) => b.renew(token, ttl, within).await,
-            Backend::Sentinel(b) => b.renew(token, ttl, within).await,
-        }
-    }
-
-    async fn release(
-        &self,
-        token: &Token,
-        keep: Duration,
-        within: Duration,
-    ) -> Result<Released, RedisFailure> {
-        match self {
-            Backend::Single(b) => b.release(token, keep, within).await,
-            Backend::Cluster(b) => b.release(token, keep, within).await,
-            Backend::Quorum(b) => b.release(token, keep, within).await,
-            Backend::Sentinel(b) => b.release(token, keep, within).await,
-        }
-    }
-
-    async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
-        match self {
-            Backend::Single(b) => b.release_notices(within).await,
-            Backend::Cluster(b) => b.release_notices(within).await,
-            Backend::Quorum(b) => b.release_notices(within).await,
-            Backend::Sentinel(b) => b.release_notices(within).await,
-        }
-    }
-
-    async fn status(&self) -> Result<Status, RedisFailure> {
-        match self {
-            Backend::Single(b) => b.status().await,
-            Backend::Cluster(b) => b.status().await,
-            Backend::Quorum(b) => b.status().await,
-            Backend::Sentinel(b) => b.status().await,
-        }
-    }
-
-    async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
-        match self {
-            Backend::Single(b) => b.leave_queue(holder, within).await,
-            Backend::Cluster(b) => b.leave_queue(holder, within).await,
-            Backend::Quorum(b) => b.leave_queue(holder, within).await,
-            Backend::Sentinel(b) => b.leave_queue(holder, within).await,
         }
     }
 }
