@@ -21,16 +21,16 @@
 //!   blocked stderr never blocks the supervisor.
 //! - `exit`: how a run ends and the exit code of each ending.
 
-pub mod backoff;
+mod backoff;
 pub mod cli;
-pub mod config;
-pub mod exit;
-pub mod lease;
-pub mod lock;
+mod config;
+mod exit;
+mod lease;
+mod lock;
 mod process;
 mod report;
-pub mod run;
-pub mod status;
+mod run;
+mod status;
 
 use clap::Parser;
 

@@ -41,7 +41,7 @@ pub mod status;
 
 use std::time::Duration;
 
-pub use script::{Lua, ScriptCall};
+pub use script::ScriptCall;
 
 use keys::{BadName, Keys};
 use mutex::Mutex;

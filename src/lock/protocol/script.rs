@@ -81,7 +81,8 @@ impl ScriptCall {
         self
     }
 
-    /// The declared key: where a cluster runs the call.
+    /// The declared key.
+    #[cfg(test)]
     pub fn key(&self) -> &str {
         &self.key
     }

@@ -48,7 +48,7 @@ pub struct Target {
     pub limit: u32,
 }
 
-/// Which servers hold the lock, one variant per topology (see `lock::Backend`).
+/// Which servers hold the lock, one variant per topology (see `lock/backend.rs`).
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // one per run: its size does not matter
 pub enum Endpoint {
