@@ -1,25 +1,28 @@
 //! redlock-run: run a command while holding a Redis lock.
 //!
-//! Layout, one job per module:
-//! - `cli`: the clap definition, nothing else (also feeds completions and the man page).
-//! - `config`: checks the flags and turns them into settings, before anything runs.
-//! - `lease`: the lease clock (CLOCK_BOOTTIME deadlines, drift).
-//! - `lock`: the lock contract, and behind it the protocols (mutex, `--limit` semaphore) and
-//!   topologies (one server, a Redlock quorum of masters) that implement it.
-//! - `tls_files`: `--tls-*` certificate files checked before Redis is contacted.
-//! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
-//! - `sentinel_url`: the `redis+sentinel://` form of `--redis`.
-//! - `cluster_url`: `redis+cluster://` URLs (a Redis Cluster's seed nodes).
-//! - `process`: the command as processes: its group (spawn, pdeathsig, job control at a
-//!   terminal), started inside its cgroup (`clone3`), its whole tree (`tree/`: a cgroup v2 of
-//!   its own where one can be made, else the subreaper's descendants in /proc), and which
-//!   signals are caught and forwarded.
-//! - `run`: the supervisor; every lock state change happens there.
-//! - `backoff`: pauses between attempts on a busy lock.
-//! - `status`: the `status` subcommand.
-//! - `report`: stderr messages, text or JSON, written from a thread of their own so that a
-//!   blocked stderr never blocks the supervisor.
-//! - `exit`: how a run ends and the exit code of each ending.
+//! # Layout
+//!
+//! From the top layer down: each entry at the left margin imports only entries below it, and
+//! no two files import each other, directly or in a circle.
+//!
+//! ```text
+//! main.rs, lib.rs  parse, run, exit (by the command's own signal when it died by one)
+//! run.rs           the supervisor: every change of the lock's state happens there
+//! status.rs        the `status` subcommand
+//! process/         the command as processes: group, cgroup, whole tree, signals, terminal
+//! config.rs        flags and environment -> checked settings, before anything runs
+//! report/          stderr messages, text or JSON, from a writer thread of their own
+//! lock/            the contract the supervisor drives (mod.rs), Redis failures, the token
+//!   target/        what --redis names: URL forms, TLS files, Target/Endpoint
+//!   protocol/      what a lock is in Redis: mutex, --limit semaphore, keys, status, Lua
+//!   topology/      how calls reach servers: one server, Sentinel, Cluster, Redlock quorum
+//! cli.rs           the clap definition and nothing else (also feeds completions, man page)
+//! backoff.rs       pauses between attempts on a busy lock
+//! exit.rs          how a run ends, and each ending's exit code
+//! lease.rs         the lease clock (CLOCK_BOOTTIME deadlines, drift)
+//! ```
+//!
+//! Modules are private, so the compiler reports what nothing uses.
 
 mod backoff;
 pub mod cli;
