@@ -8,8 +8,8 @@ use thiserror::Error;
 
 use crate::cli::{ConnArgs, RunArgs, Wait};
 use crate::lease;
+use crate::lock::target::{self, Endpoint, Target, TargetError, Tls};
 use crate::lock::{self, ReplicaAck};
-use crate::redis_url;
 
 /// The longest --ttl, --hold-at-least and --max-runtime accepted: far beyond any job, well
 /// inside what Redis' PX and the clocks can represent.
@@ -33,210 +33,14 @@ const SHORTEST_HEARTBEAT: Duration = Duration::from_millis(1);
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+impl From<TargetError> for UsageError {
+    fn from(err: TargetError) -> UsageError {
+        UsageError(err.to_string())
+    }
+}
+
 fn usage(msg: impl Into<String>) -> UsageError {
     UsageError(msg.into())
-}
-
-/// Where the lock lives: the Redis servers and the key.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub endpoint: Endpoint,
-    /// The URL with any password replaced by `***`, for messages.
-    pub redis_shown: String,
-    pub key: String,
-    pub timeout: Duration,
-    /// `--tls-*`: certificates for every TLS connection of this run.
-    pub tls: Tls,
-    /// `--limit`: how many may hold the lock at once (1: the mutex).
-    pub limit: u32,
-}
-
-/// Which servers hold the lock, one variant per topology (see `lock::Backend`).
-#[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)] // one per run: its size does not matter
-pub enum Endpoint {
-    /// One server: `redis://`, `rediss://`, `valkey://`, `valkeys://`, `unix://`.
-    Single(redis::ConnectionInfo),
-    /// A Redis Cluster, found through its seed nodes: `redis+cluster://`, `rediss+cluster://`.
-    Cluster(Vec<redis::ConnectionInfo>),
-    /// Redlock: `--redis` given 3 or more times, each a plain server.
-    Quorum(QuorumNodes),
-    /// A master named by sentinels: `redis+sentinel://`, `rediss+sentinel://`.
-    Sentinel(crate::sentinel_url::SentinelSpec),
-}
-
-/// Redlock's independent masters, and how many of them must agree.
-#[derive(Debug, Clone)]
-pub struct QuorumNodes {
-    /// Each master's connection settings, and its URL with any password hidden.
-    pub nodes: Vec<(redis::ConnectionInfo, String)>,
-    /// Grants (and renewals) needed: more than half of the nodes.
-    pub quorum: usize,
-}
-
-impl QuorumNodes {
-    /// Several `--redis` URLs as a Redlock quorum (`urls.len() >= 2`). Each must be a plain
-    /// server URL, given once; `quorum` defaults to a majority and may not be less.
-    fn parse(urls: &[String], quorum: Option<usize>) -> Result<QuorumNodes, UsageError> {
-        let n = urls.len();
-        if n < 3 {
-            return Err(usage(format!(
-                "{n} --redis URLs given: Redlock needs at least 3 independent masters (one \
-                 --redis is a single server)"
-            )));
-        }
-        let mut nodes: Vec<(redis::ConnectionInfo, String)> = Vec::with_capacity(n);
-        for url in urls {
-            let shown = redis_url::redact(url);
-            let info = redis_url::parse_server(url).map_err(|e| {
-                if e.contains("unknown scheme") {
-                    // Sentinel, Cluster and the like name several servers of their own.
-                    usage(format!(
-                        "--redis {shown}: with several --redis (Redlock) each must be one plain \
-                         server: redis://, rediss://, valkey://, valkeys:// or unix://"
-                    ))
-                } else {
-                    usage(e)
-                }
-            })?;
-            if let Some((_, first)) = nodes.iter().find(|(i, _)| i.addr() == info.addr()) {
-                return Err(usage(format!(
-                    "--redis {shown}: the same server as --redis {first}; Redlock needs \
-                     independent masters"
-                )));
-            }
-            nodes.push((info, shown));
-        }
-        let tls = nodes.iter().filter(|(i, _)| is_tls(i)).count();
-        if tls != 0 && tls != n {
-            return Err(usage(
-                "--redis: some URLs use TLS and some do not; use rediss:// for all or none",
-            ));
-        }
-        let quorum = quorum.unwrap_or(n / 2 + 1);
-        if quorum <= n / 2 || quorum > n {
-            return Err(usage(format!(
-                "--quorum {quorum}: with {n} --redis it must be more than {} and at most {n}",
-                n / 2
-            )));
-        }
-        Ok(QuorumNodes { nodes, quorum })
-    }
-
-    /// A warning worth one line before the run, if any.
-    pub fn warning(&self) -> Option<String> {
-        let n = self.nodes.len();
-        n.is_multiple_of(2).then(|| {
-            format!(
-                "Redlock over an even number of masters ({n}) tolerates no more failures than \
-                 over {}; consider an odd number",
-                n - 1
-            )
-        })
-    }
-}
-
-impl Endpoint {
-    /// Whether the data connections use TLS.
-    pub fn uses_tls(&self) -> bool {
-        match self {
-            Endpoint::Single(info) => is_tls(info),
-            Endpoint::Cluster(seeds) => seeds.iter().any(is_tls),
-            // QuorumNodes::parse refuses a mix.
-            Endpoint::Quorum(q) => q.nodes.iter().all(|(info, _)| is_tls(info)),
-            Endpoint::Sentinel(spec) => spec.tls,
-        }
-    }
-}
-
-/// Whether `info` is a TLS connection.
-pub fn is_tls(info: &redis::ConnectionInfo) -> bool {
-    matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
-}
-
-/// Certificates from `--tls-ca-cert`, `--tls-cert` and `--tls-key`, read before Redis is
-/// contacted (a missing file is a usage error, not a failed connection).
-#[derive(Clone, Default)]
-pub struct Tls {
-    /// PEM CA certificates to trust instead of the system's.
-    pub ca: Option<Vec<u8>>,
-    /// PEM client certificate and key, for servers that authenticate clients.
-    pub client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl std::fmt::Debug for Tls {
-    // Never print a private key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tls")
-            .field("ca", &self.ca.is_some())
-            .field("client", &self.client.is_some())
-            .finish()
-    }
-}
-
-impl Tls {
-    fn from_args(conn: &ConnArgs) -> Result<Tls, UsageError> {
-        let read = |flag: &str, path: &std::path::Path| {
-            let bytes = std::fs::read(path)
-                .map_err(|e| usage(format!("cannot read {flag} {}: {e}", path.display())))?;
-            if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
-                return Err(usage(format!(
-                    "{flag} {}: not a PEM file (no -----BEGIN line)",
-                    path.display()
-                )));
-            }
-            Ok(bytes)
-        };
-        let ca = match &conn.tls_ca_cert {
-            Some(path) => Some(read("--tls-ca-cert", path)?),
-            None => None,
-        };
-        let client = match (&conn.tls_cert, &conn.tls_key) {
-            (Some(cert), Some(key)) => Some((read("--tls-cert", cert)?, read("--tls-key", key)?)),
-            (Some(_), None) => return Err(usage("--tls-cert needs --tls-key (its private key)")),
-            (None, Some(_)) => return Err(usage("--tls-key needs --tls-cert (its certificate)")),
-            (None, None) => None,
-        };
-        let tls = Tls { ca, client };
-        if tls.is_set() && !cfg!(feature = "tls") {
-            return Err(usage(
-                "--tls-* options: this build has no TLS support (build with --features tls)",
-            ));
-        }
-        #[cfg(feature = "tls")]
-        {
-            if let (Some(path), Some(pem)) = (&conn.tls_ca_cert, &tls.ca) {
-                crate::tls_files::check_ca(path, pem).map_err(UsageError)?;
-            }
-            if let (Some(cert), Some(key), Some((cert_pem, key_pem))) =
-                (&conn.tls_cert, &conn.tls_key, &tls.client)
-            {
-                crate::tls_files::check_client((cert, cert_pem), (key, key_pem))
-                    .map_err(UsageError)?;
-            }
-        }
-        Ok(tls)
-    }
-
-    /// Whether any `--tls-*` option was given.
-    pub fn is_set(&self) -> bool {
-        self.ca.is_some() || self.client.is_some()
-    }
-
-    /// The certificates in the redis crate's form, when any were given.
-    #[cfg(feature = "tls")]
-    pub fn certificates(&self) -> Option<redis::TlsCertificates> {
-        self.is_set().then(|| redis::TlsCertificates {
-            client_tls: self
-                .client
-                .as_ref()
-                .map(|(cert, key)| redis::ClientTlsConfig {
-                    client_cert: cert.clone(),
-                    client_key: key.clone(),
-                }),
-            root_cert: self.ca.clone(),
-        })
-    }
 }
 
 /// What to run and how.
@@ -267,82 +71,65 @@ pub struct Command {
     pub display: String,
 }
 
-impl Target {
-    pub fn from_args(conn: &ConnArgs) -> Result<Self, UsageError> {
-        let name = conn
-            .key
-            .as_deref()
-            .ok_or_else(|| usage("missing --key (or REDLOCK_KEY): the lock name is required"))?;
-        if name.is_empty() {
-            return Err(usage("--key is empty: give the lock a name"));
-        }
-        let key = format!("{}{}", conn.prefix, name);
-        if key.len() > LONGEST_KEY {
-            return Err(usage(format!(
-                "--key is {} bytes long with its prefix; at most {LONGEST_KEY} are accepted",
-                key.len()
-            )));
-        }
-        lock::check_name(&key).map_err(|e| usage(format!("--key: the lock name {key:?} {e}")))?;
-        if conn.connect_timeout.is_zero() {
-            return Err(usage("--connect-timeout must be more than 0"));
-        }
-        if conn.connect_timeout > LONGEST {
-            return Err(usage("--connect-timeout is longer than 10 years"));
-        }
-        let urls = redis_urls(&conn.redis);
-        let redis_shown = urls
-            .iter()
-            .map(|u| redis_url::redact(u))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let mut endpoint = match urls.as_slice() {
-            [url] => redis_url::parse(url).map_err(UsageError)?,
-            _ => Endpoint::Quorum(QuorumNodes::parse(&urls, conn.quorum)?),
-        };
-        if conn.quorum.is_some() && !matches!(endpoint, Endpoint::Quorum(_)) {
-            return Err(usage(
-                "--quorum needs several --redis (Redlock); with one server there is nothing \
-                 to count",
-            ));
-        }
-        if let Some(path) = &conn.password_file {
-            let password = read_password(path)?;
-            endpoint = match endpoint {
-                Endpoint::Single(info) => Endpoint::Single(with_password(info, &password)),
-                // Every node of a cluster takes the same credentials.
-                Endpoint::Cluster(seeds) => Endpoint::Cluster(
-                    seeds
-                        .into_iter()
-                        .map(|info| with_password(info, &password))
-                        .collect(),
-                ),
-                Endpoint::Quorum(mut q) => {
-                    for (info, _) in &mut q.nodes {
-                        *info = with_password(info.clone(), &password);
-                    }
-                    Endpoint::Quorum(q)
-                }
-                Endpoint::Sentinel(spec) => Endpoint::Sentinel(spec.with_password(&password)),
-            };
-        }
-        let tls = Tls::from_args(conn)?;
-        if tls.is_set() && !endpoint.uses_tls() {
-            // The user expects an encrypted, authenticated connection: never fall back to
-            // plain text silently.
-            return Err(usage(format!(
-                "--tls-* options given, but --redis {redis_shown} does not use TLS (use rediss://)"
-            )));
-        }
-        Ok(Target {
-            endpoint,
-            redis_shown,
-            key,
-            timeout: conn.connect_timeout,
-            tls,
-            limit: 1,
-        })
+/// Where the lock lives, from the connection flags (`status` needs no more).
+pub fn target_from_args(conn: &ConnArgs) -> Result<Target, UsageError> {
+    let name = conn
+        .key
+        .as_deref()
+        .ok_or_else(|| usage("missing --key (or REDLOCK_KEY): the lock name is required"))?;
+    if name.is_empty() {
+        return Err(usage("--key is empty: give the lock a name"));
     }
+    let key = format!("{}{}", conn.prefix, name);
+    if key.len() > LONGEST_KEY {
+        return Err(usage(format!(
+            "--key is {} bytes long with its prefix; at most {LONGEST_KEY} are accepted",
+            key.len()
+        )));
+    }
+    lock::check_name(&key).map_err(|e| usage(format!("--key: the lock name {key:?} {e}")))?;
+    if conn.connect_timeout.is_zero() {
+        return Err(usage("--connect-timeout must be more than 0"));
+    }
+    if conn.connect_timeout > LONGEST {
+        return Err(usage("--connect-timeout is longer than 10 years"));
+    }
+    let urls = redis_urls(&conn.redis);
+    let redis_shown = urls
+        .iter()
+        .map(|u| target::redact(u))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut endpoint = Endpoint::parse(&urls, conn.quorum)?;
+    if conn.quorum.is_some() && !matches!(endpoint, Endpoint::Quorum(_)) {
+        return Err(usage(
+            "--quorum needs several --redis (Redlock); with one server there is nothing \
+             to count",
+        ));
+    }
+    if let Some(path) = &conn.password_file {
+        endpoint = endpoint.with_password(&read_password(path)?);
+    }
+    let tls = Tls::read(
+        conn.tls_ca_cert.as_deref(),
+        conn.tls_cert.as_deref(),
+        conn.tls_key.as_deref(),
+    )?;
+    if tls.is_set() && !endpoint.uses_tls() {
+        // The user expects an encrypted, authenticated connection: never fall back to
+        // plain text silently.
+        return Err(usage(format!(
+            "--tls-* options given, but --redis {redis_shown} does not use TLS (use rediss://)"
+        )));
+    }
+    Ok(Target {
+        endpoint,
+        redis_shown,
+        key,
+        timeout: conn.connect_timeout,
+        tls,
+        limit: 1,
+    })
 }
 
 /// The `--redis` URLs. `REDLOCK_REDIS` may hold several, separated by whitespace; a value
@@ -354,7 +141,7 @@ fn redis_urls(given: &[String]) -> Vec<String> {
         [one]
             if one.split_whitespace().nth(1).is_some()
                 && std::env::var("REDLOCK_REDIS").is_ok_and(|env| env == *one)
-                && one.split_whitespace().all(redis_url::has_scheme) =>
+                && one.split_whitespace().all(target::has_scheme) =>
         {
             one.split_whitespace().map(str::to_owned).collect()
         }
@@ -378,12 +165,6 @@ fn read_password(path: &std::path::Path) -> Result<String, UsageError> {
         )));
     }
     Ok(password.to_owned())
-}
-
-/// `info` with its password replaced by `password`.
-pub fn with_password(info: redis::ConnectionInfo, password: &str) -> redis::ConnectionInfo {
-    let settings = info.redis_settings().clone().set_password(password);
-    info.set_redis_settings(settings)
 }
 
 impl RunConfig {
@@ -478,7 +259,7 @@ impl RunConfig {
                 run.limit
             )));
         }
-        let mut target = Target::from_args(conn)?;
+        let mut target = target_from_args(conn)?;
         target.limit = run.limit;
         if matches!(target.endpoint, Endpoint::Quorum(_)) {
             if run.min_replicas > 0 {

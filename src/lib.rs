@@ -1,40 +1,39 @@
 //! redlock-run: run a command while holding a Redis lock.
 //!
-//! Layout, one job per module:
-//! - `cli`: the clap definition, nothing else (also feeds completions and the man page).
-//! - `config`: checks the flags and turns them into settings, before anything runs.
-//! - `lease`: the lease clock (CLOCK_BOOTTIME deadlines, drift).
-//! - `lock`: the lock contract, and behind it the protocols (mutex, `--limit` semaphore) and
-//!   topologies (one server, a Redlock quorum of masters) that implement it.
-//! - `tls_files`: `--tls-*` certificate files checked before Redis is contacted.
-//! - `redis_url`: accepted `--redis` URLs, parsing, and redaction of passwords.
-//! - `sentinel_url`: the `redis+sentinel://` form of `--redis`.
-//! - `cluster_url`: `redis+cluster://` URLs (a Redis Cluster's seed nodes).
-//! - `process`: the command as processes: its group (spawn, pdeathsig, job control at a
-//!   terminal), started inside its cgroup (`clone3`), its whole tree (`tree/`: a cgroup v2 of
-//!   its own where one can be made, else the subreaper's descendants in /proc), and which
-//!   signals are caught and forwarded.
-//! - `supervise`: the supervisor (acquire and wait, hold, lease keeper, stopper, outcome,
-//!   backoff); every lock state change happens there.
-//! - `status`: the `status` subcommand.
-//! - `report`: stderr messages, text or JSON, written from a thread of their own so that a
-//!   blocked stderr never blocks the supervisor.
-//! - `exit`: how a run ends and the exit code of each ending.
+//! # Layout
+//!
+//! From the top layer down: each entry at the left margin imports only entries below it, and
+//! no two files import each other, directly or in a circle.
+//!
+//! ```text
+//! main.rs, lib.rs  parse, run, exit (by the command's own signal when it died by one)
+//! supervise/       the supervisor: acquire and wait, hold, lease keeper, stopper, outcome,
+//!                  backoff, messages; every change of the lock's state happens there
+//! status.rs        the `status` subcommand
+//! process/         the command as processes: group, cgroup, whole tree, signals, terminal
+//! config.rs        flags and environment -> checked settings, before anything runs
+//! report/          stderr messages, text or JSON, from a writer thread of their own
+//! lock/            the contract the supervisor drives (contract.rs), Redis failures, token
+//!   target/        what --redis names: URL forms, TLS files, Target/Endpoint
+//!   protocol/      what a lock is in Redis: mutex, --limit semaphore, keys, status, Lua
+//!   topology/      how calls reach servers: one Lock over a route (one server, Sentinel,
+//!                  Cluster), and the Redlock quorum
+//! cli.rs           the clap definition and nothing else (also feeds completions, man page)
+//! exit.rs          how a run ends, and each ending's exit code
+//! lease.rs         the lease clock (CLOCK_BOOTTIME deadlines, drift)
+//! ```
+//!
+//! Modules are private, so the compiler reports what nothing uses.
 
 pub mod cli;
-pub mod cluster_url;
-pub mod config;
-pub mod exit;
-pub mod lease;
-pub mod lock;
+mod config;
+mod exit;
+mod lease;
+mod lock;
 mod process;
-pub mod redis_url;
 mod report;
-pub mod sentinel_url;
-pub mod status;
+mod status;
 mod supervise;
-#[cfg(feature = "tls")]
-pub mod tls_files;
 
 use clap::Parser;
 
@@ -147,7 +146,7 @@ fn parse_and_run() -> End {
             );
             exit::USAGE.into()
         }
-        Some(Sub::Status(args)) => match config::Target::from_args(&cli.conn) {
+        Some(Sub::Status(args)) => match config::target_from_args(&cli.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);
                 warn_about(&target, &report);
@@ -184,8 +183,8 @@ fn parse_and_run() -> End {
 }
 
 /// Settings that work but deserve a word (an even number of Redlock masters).
-fn warn_about(target: &config::Target, report: &Reporter) {
-    if let config::Endpoint::Quorum(nodes) = &target.endpoint {
+fn warn_about(target: &lock::target::Target, report: &Reporter) {
+    if let lock::target::Endpoint::Quorum(nodes) = &target.endpoint {
         if let Some(warning) = nodes.warning() {
             report.warn("config", warning);
         }

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::config::Target;
 use crate::exit::{ChildEnd, Ending};
+use crate::lock::target::Target;
 use crate::lock::{self, Lock, Status};
 use crate::report::Reporter;
 

@@ -1,5 +1,7 @@
-//! The lock, as the supervisor sees it: one contract, [`Lock`], and behind it two axes.
+//! The lock, as the supervisor sees it: one contract, [`Lock`], and the types it speaks in.
 //!
+//! - **Target** (`target/`): what `--redis` names: the URL forms, TLS files, and the
+//!   `Target`/`Endpoint` a backend is opened for.
 //! - **Protocol** (`protocol/`): what a lock *is* in Redis. `protocol/mutex.rs` is one string
 //!   key holding the holder's token; `protocol/keys.rs` is the naming rule for a lock key and
 //!   its companions; `protocol/scripts/` holds the Lua.
@@ -11,8 +13,8 @@
 //!   (`cluster.rs`); `topology/quorum.rs` is Redlock: the mutex on N independent masters.
 //!
 //! `topology::Backend` names every backend; `open` picks one for a target. Adding a one-master
-//! topology means a route file under `topology/`, a variant of `Backend` and its URL form: the
-//! supervisor (`supervise/`), the process code and `lease.rs` do not change.
+//! topology means a route file under `topology/`, a variant of `Backend` and its URL form under
+//! `target/`: the supervisor (`supervise/`), the process code and `lease.rs` do not change.
 //!
 //! Also here: `contract.rs` (the [`Lock`] trait and the values that cross it), `error.rs`
 //! (Redis failures sorted into what a user must tell apart) and `token.rs` (the value that
@@ -22,14 +24,15 @@
 mod contract;
 mod error;
 pub mod protocol;
+pub mod target;
 mod token;
 pub mod topology;
 
 pub use contract::{
     Attempt, Grant, Holder, HolderInfo, Lock, NodeStatus, Permit, ReleaseNotices, Released,
-    Renewal, ReplicaAck, Status, Waiter, FOR_EVERYONE,
+    Renewal, ReplicaAck, Status, Waiter,
 };
 pub use error::{FailureKind, RedisFailure};
-pub use protocol::keys::{check as check_name, BadName};
+pub use protocol::keys::check as check_name;
 pub use token::Token;
-pub use topology::{open, Backend};
+pub use topology::open;

@@ -6,18 +6,19 @@ use std::time::Duration;
 use crate::cli::Wait;
 use crate::exit::Ending;
 use crate::lease::{Lease, Stamp};
-use crate::lock::{Attempt, Holder, HolderInfo, Lock, ReleaseNotices, Token, Waiter};
+use crate::lock::{Attempt, Holder, HolderInfo, Lock, ReleaseNotices, ReplicaAck, Token, Waiter};
 use crate::process::Signals;
 
 use super::backoff::Backoff;
 use super::messages::{busy_message, show_secs, wait_started_message, waiting_message};
-use super::{beside, Held, Run, RENEW_RETRY};
+use super::shared::{beside, Held, Run, RENEW_RETRY};
 
 /// With -v, how often a wait that goes on is logged (stderr not a terminal).
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);
 
-/// A waiter's place is kept this long beyond the longest attempt (`--connect-timeout`); waiters
-/// pause at most `backoff::BACKOFF_CAP` (250 ms) between attempts.
+/// A waiter's place is kept this long beyond the longest attempt (`--connect-timeout`, plus
+/// the replicas' wait with `--min-replicas`); waiters pause at most `backoff::BACKOFF_CAP`
+/// (250 ms) between attempts.
 const PLACE_KEPT_BEYOND_AN_ATTEMPT: Duration = Duration::from_secs(1);
 
 /// The least time a waiter's place is kept.
@@ -55,7 +56,11 @@ impl<'a, L: Lock> Acquirer<'a, L> {
         let holder = HolderInfo {
             waiter: waits.then(|| Waiter {
                 id: format!("{} {host} {pid}", Token::new().as_str()),
-                place_kept: (cfg.target.timeout + PLACE_KEPT_BEYOND_AN_ATTEMPT)
+                // An attempt with --min-replicas can take the WAIT's time too (a slow
+                // replica): a live waiter must not lose its place between two attempts.
+                place_kept: (cfg.target.timeout
+                    + ReplicaAck::wait_time(cfg.replicas)
+                    + PLACE_KEPT_BEYOND_AN_ATTEMPT)
                     .max(PLACE_KEPT_AT_LEAST),
             }),
             host,

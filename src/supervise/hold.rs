@@ -11,8 +11,8 @@ use crate::process::{self, Event, Job, Signals, SpawnError, Tree};
 
 use super::keeper::LeaseKeeper;
 use super::outcome::{LeaseEnd, Under};
+use super::shared::{earliest, Held, Run};
 use super::stopper::Stopper;
-use super::{earliest, Held, Run};
 
 /// Longest nap between lease checks. tokio's timers run on CLOCK_MONOTONIC, which stops during
 /// a system suspend; waking at least this often bounds how late a suspend is noticed.

@@ -10,7 +10,7 @@ use crate::lock::{Lock, RedisFailure, Renewal, ReplicaAck, Token};
 use crate::report::Reporter;
 
 use super::outcome::LeaseEnd;
-use super::{earliest, Held, Run, RENEW_RETRY};
+use super::shared::{earliest, Held, Run, RENEW_RETRY};
 
 type RenewalFuture<'a> = Pin<Box<dyn Future<Output = Result<Renewal, RedisFailure>> + 'a>>;
 

@@ -14,7 +14,7 @@
 //! 4. The run's [`Outcome`] is reported ([`messages`]), and [`exit_for`] (a pure function,
 //!    in [`outcome`]) turns it into the exit code.
 //!
-//! Only the token this run generated can extend or release the lock.
+//! Only the token that won the lock (the grant's) can extend or release it.
 
 mod acquire;
 mod backoff;
@@ -22,14 +22,14 @@ mod hold;
 mod keeper;
 mod messages;
 mod outcome;
+mod shared;
 mod stopper;
 
-use std::future::Future;
 use std::time::Duration;
 
 use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
-use crate::lease::{Lease, Stamp};
+use crate::lease::Stamp;
 use crate::lock::{self, Lock, Released, Token};
 use crate::process::{Signals, Tree};
 use crate::report::Reporter;
@@ -37,13 +37,7 @@ use crate::report::Reporter;
 use acquire::Acquirer;
 use messages::{show, show_ms, tell};
 use outcome::{exit_for, Outcome, ReleaseResult, Under};
-
-/// See [`beside`].
-const YIELDS_BEFORE_WORK: usize = 2;
-
-/// Pause between renewal attempts after a failed one (and, at the least, between acquire
-/// attempts that failed in a way worth retrying).
-const RENEW_RETRY: Duration = Duration::from_millis(100);
+use shared::{beside, Run};
 
 /// How long a release is given once the lease is known lost: the compare-and-delete can then
 /// only tidy up, and must not hold up the exit for a whole --connect-timeout.
@@ -63,35 +57,6 @@ pub async fn run(cfg: &RunConfig, report: &Reporter) -> RunEnd {
         ending: exit_for(&outcome),
         at_terminal,
     }
-}
-
-/// What every step of one run works with: its settings, its lock, and where its messages go.
-struct Run<'a, L> {
-    cfg: &'a RunConfig,
-    lock: &'a L,
-    report: &'a Reporter,
-}
-
-impl<L> Clone for Run<'_, L> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<L> Copy for Run<'_, L> {}
-
-/// The lock as held by this run.
-struct Held {
-    /// The token that won the lock (the backend's, from the grant).
-    token: Token,
-    lease: Lease,
-    /// Heartbeats count from here, like the lease.
-    counted_from: Stamp,
-    fence: u64,
-    /// When the acquire's reply arrived: `--hold-at-least` counts from here, which is no
-    /// earlier than the server's SET.
-    acquired: Stamp,
-    waited: Duration,
 }
 
 async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
@@ -172,22 +137,6 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     (outcome, held_end.at_terminal)
 }
 
-/// Await `request` (a call to Redis) while `work` runs: the request goes out first, so
-/// `work` (blocking for a few hundred microseconds: making or removing the command's cgroup
-/// and guard) overlaps the round trip instead of adding to it. Only the timing depends on
-/// the yields: a request is handed to the connection's task by its first or second poll
-/// (the first poll of a new connection waits for it to be writable), and that task writes it
-/// before the next yield ends (seen with strace).
-async fn beside<T>(request: impl Future<Output = T>, work: impl FnOnce()) -> T {
-    let (reply, ()) = tokio::join!(request, async {
-        for _ in 0..YIELDS_BEFORE_WORK {
-            tokio::task::yield_now().await;
-        }
-        work();
-    });
-    reply
-}
-
 impl<L: Lock> Run<'_, L> {
     /// The one release; `lost`: the lease is known to be gone, so the release can only tidy
     /// up.
@@ -224,27 +173,5 @@ impl<L: Lock> Run<'_, L> {
                 ReleaseResult::Unreachable
             }
         }
-    }
-}
-
-fn earliest(a: Option<Stamp>, b: Option<Stamp>) -> Option<Stamp> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, None) => a,
-        (None, b) => b,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn earliest_ignores_missing() {
-        let a = Stamp::now();
-        let b = a.checked_add(Duration::from_secs(1));
-        assert_eq!(earliest(Some(a), b), Some(a));
-        assert_eq!(earliest(None, b), b);
-        assert_eq!(earliest(None, None), None);
     }
 }

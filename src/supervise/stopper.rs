@@ -3,7 +3,7 @@
 use crate::lease::Stamp;
 use crate::process::Job;
 
-use super::earliest;
+use super::shared::earliest;
 
 /// Stops the command: SIGTERM when asked, SIGKILL at the earliest moment any reason set (or
 /// at once). Each reason may ask again; the earliest SIGKILL wins.

@@ -77,3 +77,52 @@ fn unacknowledged_renewals_do_not_extend_the_lease() {
     );
     assert!(!pid_alive(child), "child must be gone\n{out}");
 }
+
+/// A waiter keeps its place while each of its attempts waits out a slow replica: the place
+/// counts the replicas' wait, so the waiter's arrival (its score in the queue) never changes.
+/// With a place of `--connect-timeout` plus 1 s only, every attempt that waited 3 s for the
+/// replica found its place gone and queued again at the end, behind later arrivals.
+#[test]
+fn a_waiter_keeps_its_place_through_slow_replica_waits() {
+    let (primary, replica) = start_primary_and_replica();
+    let dir = scratch();
+    let mut holder = Wrapper::on(&primary, "p")
+        .args(["--min-replicas", "1", "--replica-timeout", "5s"])
+        .sh("touch held; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done")
+        .current_dir(dir.path())
+        .spawn();
+    holder.wait_for_file(&dir.path().join("held"), secs(20));
+    replica.pause();
+    let waiter = Wrapper::on(&primary, "p")
+        .args([
+            "--wait",
+            "60s",
+            "--min-replicas",
+            "1",
+            "--replica-timeout",
+            "3s",
+        ])
+        .args(["--connect-timeout", "1s"])
+        .sh("true")
+        .current_dir(dir.path())
+        .spawn();
+    let queue = "{redlock:p}:queue";
+    let first = || primary.cli(&["ZRANGE", queue, "0", "0", "WITHSCORES"]);
+    assert!(
+        poll_until(secs(20), || !first().trim().is_empty()),
+        "the waiter never queued\n{}",
+        waiter.describe()
+    );
+    let arrived = first();
+    // Three of the waiter's attempts, each waiting 3 s for the frozen replica.
+    let moved = poll_until(secs(10), || first() != arrived);
+    let now = first();
+    replica.resume();
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    holder.wait(secs(30));
+    let _ = waiter.wait(secs(60));
+    assert!(
+        !moved,
+        "the waiter lost its place between attempts: {arrived:?} became {now:?}"
+    );
+}

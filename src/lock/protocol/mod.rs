@@ -36,17 +36,19 @@
 
 pub mod keys;
 pub mod mutex;
+mod script;
 pub mod semaphore;
 pub mod status;
 
-use std::sync::OnceLock;
 use std::time::Duration;
+
+pub use script::ScriptCall;
 
 use keys::{BadName, Keys};
 use mutex::Mutex;
 use semaphore::Semaphore;
 
-use crate::lock::{HolderInfo, Waiter};
+use crate::lock::HolderInfo;
 
 /// The lock's protocol: a mutex (`--limit 1`, the default: one string key, shared with any
 /// `SET NX` client) or a semaphore (`--limit N`). Builds every call a topology sends; the
@@ -107,120 +109,8 @@ impl Protocol {
         mutex::leave(self.keys(), waiter)
     }
 
-    /// Keep a waiter's place in the queue where an acquire could not (a migration of the
-    /// lock's slot): see keep_place.lua.
-    pub fn keep_place(&self, waiter: &Waiter) -> ScriptCall {
-        mutex::keep_place(self.keys(), waiter)
-    }
-
     /// The read-only `status` pipeline (reads either layout).
     pub fn status(&self) -> redis::Pipeline {
         status::pipeline(self.keys())
-    }
-}
-
-/// A Lua script, known by its source and its SHA1.
-pub struct Lua {
-    source: &'static str,
-    hash: OnceLock<String>,
-}
-
-impl Lua {
-    pub const fn new(source: &'static str) -> Lua {
-        Lua {
-            source,
-            hash: OnceLock::new(),
-        }
-    }
-
-    fn hash(&self) -> &str {
-        // Hashed once, on first use: a run only pays for the scripts it sends.
-        self.hash
-            .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned())
-    }
-}
-
-/// One script invocation with its declared key and its arguments (the other keys of the
-/// lock first, then the values), ready to be sent by a topology as EVALSHA, or as EVAL when
-/// the server does not have the script cached.
-#[derive(Clone)]
-pub struct ScriptCall {
-    lua: &'static Lua,
-    key: String,
-    args: Vec<String>,
-    needs_moved: Vec<String>,
-    /// Where among `args` the script is told whether it may create a companion key that is
-    /// missing (see [`ScriptCall::creating`]).
-    creating_at: Option<usize>,
-}
-
-impl ScriptCall {
-    /// `lua` with `key` declared and `names` (the lock's other keys it reaches, or a channel)
-    /// as its first arguments, then `args`.
-    pub fn new(lua: &'static Lua, key: &str, names: &[&str], args: Vec<String>) -> ScriptCall {
-        ScriptCall {
-            lua,
-            key: key.to_owned(),
-            args: names.iter().map(|n| (*n).to_owned()).chain(args).collect(),
-            needs_moved: Vec::new(),
-            creating_at: None,
-        }
-    }
-
-    /// A last argument, '1': the script may write a missing companion key again (the
-    /// `--limit` key, lost to an eviction or expired while a migration stalled). Sent to the
-    /// node a migrating slot goes to (behind ASKING), the call says '0' instead
-    /// ([`ScriptCall::on_importing_node`]): the node the slot leaves may still have that key,
-    /// and a key on both would stop the migration (see the module's notes).
-    pub fn creating(mut self) -> ScriptCall {
-        self.args.push("1".to_owned());
-        self.creating_at = Some(self.args.len() - 1);
-        self
-    }
-
-    /// This call as sent to the node a migrating slot goes to: see [`ScriptCall::creating`].
-    pub fn on_importing_node(&self) -> ScriptCall {
-        let mut call = self.clone();
-        if let Some(i) = call.creating_at {
-            call.args[i] = "0".to_owned();
-        }
-        call
-    }
-
-    /// The keys (among `names`) that this script reads to decide, or may create. On a
-    /// cluster whose slot is being migrated, the script runs on the node the slot goes to
-    /// only once the node it leaves has none of them left: that node could then not see
-    /// what they hold, and a key created on both would stop the migration.
-    pub fn needing_moved(mut self, keys: &[&str]) -> ScriptCall {
-        self.needs_moved = keys.iter().map(|k| (*k).to_owned()).collect();
-        self
-    }
-
-    /// The declared key: where a cluster runs the call.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// See [`ScriptCall::needing_moved`].
-    pub fn needs_moved(&self) -> &[String] {
-        &self.needs_moved
-    }
-
-    /// `EVALSHA hash 1 key args...`
-    pub fn evalsha(&self) -> redis::Cmd {
-        self.command("EVALSHA", self.lua.hash())
-    }
-
-    /// `EVAL source 1 key args...`: one call instead of EVALSHA, NOSCRIPT, SCRIPT LOAD,
-    /// EVALSHA after a restart or SCRIPT FLUSH (and no SCRIPT LOAD broadcast on a cluster).
-    /// The server caches the script as a side effect.
-    pub fn eval(&self) -> redis::Cmd {
-        self.command("EVAL", self.lua.source)
-    }
-
-    fn command(&self, name: &str, script: &str) -> redis::Cmd {
-        let mut cmd = redis::cmd(name);
-        cmd.arg(script).arg(1).arg(&self.key).arg(&self.args);
-        cmd
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::keys::{BadName, Keys};
-use super::{Lua, ScriptCall};
+use super::script::{Lua, ScriptCall};
 use crate::lock::{Holder, HolderInfo, Released, Waiter};
 
 static ACQUIRE: Lua = Lua::new(concat!(

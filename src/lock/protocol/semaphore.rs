@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::keys::Keys;
 use super::mutex::{acquire_args, millis, CANCEL_KEEP};
-use super::{Lua, ScriptCall};
+use super::script::{Lua, ScriptCall};
 use crate::lock::HolderInfo;
 
 static ACQUIRE: Lua = Lua::new(concat!(

@@ -68,10 +68,10 @@ use tokio::time::Instant;
 use super::one_master::{Acquired, Answered, OneMaster, Route};
 use super::server::{deadline_in, is_noscript, script_reply, with_wait, ScriptReply, Server};
 use super::shared::protocol_for;
-use crate::config::{Target, Tls};
 use crate::lock::protocol::keys::Keys;
 use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::protocol::ScriptCall;
+use crate::lock::target::{Target, Tls};
 use crate::lock::{Holder, HolderInfo, RedisFailure, ReleaseNotices, ReplicaAck};
 
 mod replies;
@@ -182,7 +182,7 @@ pub async fn open(
         return Err(RedisFailure::unexpected(&target.redis_shown, "no nodes"));
     }
     #[cfg(feature = "tls")]
-    if seeds.iter().any(crate::config::is_tls) {
+    if seeds.iter().any(crate::lock::target::is_tls) {
         // Before any node is reached, whichever it is.
         super::server::install_tls_provider();
     }
@@ -283,7 +283,7 @@ impl Cluster {
         }
         let template = &self.seeds[0];
         let (host, port) = addr.clone();
-        let tls = crate::config::is_tls(template);
+        let tls = crate::lock::target::is_tls(template);
         let info = template.clone().set_addr(if tls {
             ConnectionAddr::TcpTls {
                 host: host.clone(),

@@ -26,7 +26,7 @@ pub mod single;
 
 use std::time::Duration;
 
-use crate::config::{Endpoint, Target};
+use crate::lock::target::{Endpoint, Target};
 use crate::lock::{
     Attempt, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck, Status,
     Token,

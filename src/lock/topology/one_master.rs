@@ -25,10 +25,10 @@ use redis::{Pipeline, Value};
 
 use super::server::ScriptReply;
 use super::shared::{read_status, UNDO_AT_LEAST};
-use crate::config::Target;
 use crate::lease::Stamp;
 use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::protocol::{Protocol, ScriptCall};
+use crate::lock::target::Target;
 use crate::lock::{
     Attempt, Grant, Holder, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal,
     ReplicaAck, Status, Token,

@@ -34,10 +34,10 @@ use futures_util::stream::{self, FuturesUnordered, StreamExt};
 
 use super::server::Server;
 use super::shared::{named, read_status, UNDO_AT_LEAST};
-use crate::config::{QuorumNodes, Target};
 use crate::lease::{self, Stamp};
 use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
 use crate::lock::protocol::{status, ScriptCall};
+use crate::lock::target::{QuorumNodes, Target};
 use crate::lock::{
     Attempt, FailureKind, Grant, Holder, HolderInfo, Lock, NodeStatus, RedisFailure,
     ReleaseNotices, Released, Renewal, Status, Token,

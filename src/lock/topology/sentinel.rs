@@ -49,10 +49,9 @@ use tokio::time::Instant;
 use super::one_master::{Answered, OneMaster, Route};
 use super::server::{deadline_in, parse_master_role, text, ScriptReply, Server};
 use super::shared::protocol_for;
-use crate::config::{Target, Tls};
 use crate::lock::protocol::ScriptCall;
+use crate::lock::target::{SentinelSpec, Target, Tls};
 use crate::lock::{FailureKind, RedisFailure, ReleaseNotices, ReplicaAck};
-use crate::sentinel_url::SentinelSpec;
 
 /// The mutex on the master that the sentinels of `spec` name, found within `within`:
 /// an unreachable set-up is reported before anything else happens.

@@ -20,8 +20,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Pipeline, Value};
 use tokio::time::Instant;
 
-use crate::config::Tls;
 use crate::lock::protocol::ScriptCall;
+use crate::lock::target::Tls;
 use crate::lock::{RedisFailure, ReleaseNotices, ReplicaAck};
 
 /// One Redis server, reached over one connection at a time.
@@ -77,8 +77,8 @@ impl Server {
         // No CLIENT SETINFO on connect: one round trip less per run, and Redis < 7.2 rejects it.
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
         let info = info.clone().set_redis_settings(settings);
-        let no_client_cert = crate::config::is_tls(&info) && tls.client.is_none();
-        let no_ca = crate::config::is_tls(&info) && tls.ca.is_none();
+        let no_client_cert = crate::lock::target::is_tls(&info) && tls.client.is_none();
+        let no_ca = crate::lock::target::is_tls(&info) && tls.ca.is_none();
         let client = client(info, tls).map_err(|e| RedisFailure::from_redis(&e, shown))?;
         Ok(Server {
             client,
@@ -296,7 +296,7 @@ impl Server {
 /// A client for `info`, with the `--tls-*` certificates when it uses TLS.
 fn client(info: redis::ConnectionInfo, tls: &Tls) -> redis::RedisResult<redis::Client> {
     #[cfg(feature = "tls")]
-    if crate::config::is_tls(&info) {
+    if crate::lock::target::is_tls(&info) {
         install_tls_provider();
         if let Some(certificates) = tls.certificates() {
             return redis::Client::build_with_tls(info, certificates);

@@ -7,9 +7,9 @@ use std::time::Duration;
 use redis::Value;
 
 use super::server::first_error;
-use crate::config::Target;
 use crate::lock::protocol::keys::BadName;
 use crate::lock::protocol::{status, Protocol};
+use crate::lock::target::Target;
 use crate::lock::{RedisFailure, Status};
 
 /// The least time given to taking back a write, even when the attempt used up its bound: a

@@ -9,8 +9,8 @@ use redis::{Pipeline, Value};
 use super::one_master::{Answered, OneMaster, Route};
 use super::server::{ScriptReply, Server};
 use super::shared::protocol_for;
-use crate::config::Target;
 use crate::lock::protocol::ScriptCall;
+use crate::lock::target::Target;
 use crate::lock::{RedisFailure, ReleaseNotices, ReplicaAck};
 
 /// Connect to `info`, the one server of `target`, within `within`.

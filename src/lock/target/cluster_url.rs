@@ -7,7 +7,7 @@
 //! particular to a cluster is checked here: at least one node, no empty node, no unix
 //! socket, and database 0 only (Cluster has no other). Errors show the URL only redacted.
 
-use crate::redis_url;
+use super::redis_url;
 
 /// The schemes of a cluster URL (any case), and the scheme of one node's URL for each.
 const SCHEMES: &[(&str, &str)] = &[("redis+cluster", "redis"), ("rediss+cluster", "rediss")];
@@ -99,7 +99,7 @@ mod tests {
     #[test]
     fn rediss_cluster_uses_tls_on_every_node() {
         let seeds = parse("rediss+cluster://h1:1,h2:2").unwrap().unwrap();
-        assert!(seeds.iter().all(crate::config::is_tls));
+        assert!(seeds.iter().all(redis_url::is_tls));
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //!
 //! Every error is one line that shows the URL only as `redis_url::redact` does.
 
-use crate::redis_url::redact;
+use super::redis_url::redact;
 
 /// The default port of a sentinel.
 pub const DEFAULT_PORT: u16 = 26379;

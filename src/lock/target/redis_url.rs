@@ -6,19 +6,6 @@
 //! *last* `@`: a host never contains one. Query parameters that carry a password are hidden
 //! too.
 
-use crate::config::Endpoint;
-/// Parse `url` into the servers to use. The error is one line that shows the URL only as
-/// [`redact`] does.
-pub fn parse(url: &str) -> Result<Endpoint, String> {
-    if let Some(sentinel) = crate::sentinel_url::parse(url)? {
-        return Ok(Endpoint::Sentinel(sentinel));
-    }
-    if let Some(seeds) = crate::cluster_url::parse(url) {
-        return seeds.map(Endpoint::Cluster);
-    }
-    parse_server(url).map(Endpoint::Single)
-}
-
 /// Parse the URL of one server (`redis://`, `rediss://`, `valkey://`, `valkeys://`,
 /// `unix://`) into connection settings.
 pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
@@ -78,6 +65,11 @@ pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
             scrub(&detail, url)
         )
     })
+}
+
+/// Whether `info` is a TLS connection.
+pub fn is_tls(info: &redis::ConnectionInfo) -> bool {
+    matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
 }
 
 /// `url` with every password replaced by `***`.
@@ -215,26 +207,6 @@ mod tests {
             redact("redis+sentinel://u:p@h/m?sentinel_password=a@b"),
             "redis+sentinel://u:***"
         );
-    }
-
-    #[test]
-    fn accepts_valkey_and_any_case() {
-        for url in [
-            "valkey://127.0.0.1:6379",
-            "REDIS://127.0.0.1:6379",
-            "Redis://h",
-        ] {
-            assert!(parse(url).is_ok(), "{url}: {:?}", parse(url).err());
-        }
-        let err = parse("user:s3cret@localhost:6379").unwrap_err();
-        assert!(
-            err.contains("did you mean redis://user:***@localhost:6379"),
-            "{err}"
-        );
-        assert!(!err.contains("s3cret"), "{err}");
-        assert!(parse("http://h")
-            .unwrap_err()
-            .contains("unknown scheme 'http'"));
     }
 
     #[test]
