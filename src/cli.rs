@@ -370,11 +370,11 @@ pub enum Wait {
 /// `1.5`) as flock, timeout and sleep read it.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    if let Ok(secs) = s.parse::<f64>() {
-        if s.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
-            return Duration::try_from_secs_f64(secs)
-                .map_err(|_| format!("{s} seconds is out of range"));
-        }
+    if let Ok(secs) = s.parse::<f64>()
+        && s.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+    {
+        return Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("{s} seconds is out of range"));
     }
     humantime::parse_duration(s)
         .map_err(|e| format!("{e} (examples: 500ms, 30s, 2m, 1h 30m; a bare number is seconds)"))

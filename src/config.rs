@@ -210,7 +210,7 @@ impl RunConfig {
                     "--grace {} must be shorter than --ttl {}",
                     show(g),
                     show(ttl)
-                )))
+                )));
             }
             Some(g) => g,
             None => (ttl / 3).min(Duration::from_secs(10)),
@@ -324,7 +324,9 @@ fn check_nesting(name: &str, key: &str) -> Result<(), UsageError> {
 
 fn command_from_args(run: &RunArgs) -> Result<Command, UsageError> {
     match (&run.shell, run.command.split_first()) {
-        (Some(_), Some(_)) => Err(usage("give either -c SHELL_STRING or a command after --, not both")),
+        (Some(_), Some(_)) => Err(usage(
+            "give either -c SHELL_STRING or a command after --, not both",
+        )),
         (Some(script), None) => {
             if script.trim().is_empty() {
                 return Err(usage("-c is empty: give the shell command to run"));

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use nix::time::{clock_gettime, ClockId};
+use nix::time::{ClockId, clock_gettime};
 
 /// A reading of CLOCK_BOOTTIME.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

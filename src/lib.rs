@@ -83,8 +83,8 @@ pub fn main_exit_code() -> u8 {
 /// it is delivered to the wrapper's group now. A script in a loop then stops as it would with
 /// the bare command.
 fn die_by(sig: i32, to_group: bool) {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    use nix::sys::signal::{killpg, Signal};
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    use nix::sys::signal::{Signal, killpg};
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_CORE) {
         let _ = setrlimit(Resource::RLIMIT_CORE, 0, hard);
     }
@@ -184,10 +184,10 @@ fn parse_and_run() -> End {
 
 /// Settings that work but deserve a word (an even number of Redlock masters).
 fn warn_about(target: &lock::target::Target, report: &Reporter) {
-    if let lock::target::Endpoint::Quorum(nodes) = &target.endpoint {
-        if let Some(warning) = nodes.warning() {
-            report.warn("config", warning);
-        }
+    if let lock::target::Endpoint::Quorum(nodes) = &target.endpoint
+        && let Some(warning) = nodes.warning()
+    {
+        report.warn("config", warning);
     }
 }
 
@@ -236,17 +236,17 @@ fn hint(err: &clap::error::Error) -> String {
             _ => {}
         }
     }
-    if out.is_empty() && err.kind() == ErrorKind::UnknownArgument {
-        if let Some(ContextValue::String(typed)) = err.get(ContextKind::InvalidArg) {
-            if let Some(meant) = similar_option(typed) {
-                out.push_str(&format!("; did you mean '{meant}'?"));
-            }
-        }
+    if out.is_empty()
+        && err.kind() == ErrorKind::UnknownArgument
+        && let Some(ContextValue::String(typed)) = err.get(ContextKind::InvalidArg)
+        && let Some(meant) = similar_option(typed)
+    {
+        out.push_str(&format!("; did you mean '{meant}'?"));
     }
-    if let Some(ContextValue::Strings(valid)) = err.get(ContextKind::ValidValue) {
-        if !valid.is_empty() {
-            out.push_str(&format!(" (possible values: {})", valid.join(", ")));
-        }
+    if let Some(ContextValue::Strings(valid)) = err.get(ContextKind::ValidValue)
+        && !valid.is_empty()
+    {
+        out.push_str(&format!(" (possible values: {})", valid.join(", ")));
     }
     if matches!(
         err.kind(),
@@ -365,10 +365,11 @@ fn from_environment(err: &clap::Error) -> String {
     while let Some(cmd) = commands.pop() {
         for arg in cmd.get_arguments() {
             let named = arg.get_long().is_some_and(|l| format!("--{l}") == long);
-            if let (true, Some(env)) = (named, arg.get_env()) {
-                if !typed && std::env::var_os(env).is_some() {
-                    return format!(" (from the environment variable {})", env.to_string_lossy());
-                }
+            if let (true, Some(env)) = (named, arg.get_env())
+                && !typed
+                && std::env::var_os(env).is_some()
+            {
+                return format!(" (from the environment variable {})", env.to_string_lossy());
             }
         }
         commands.extend(cmd.get_subcommands().cloned());
@@ -383,7 +384,7 @@ const FDS_NEEDED: u64 = 16;
 /// Refuse to start when `ulimit -n` leaves too few free descriptors: the runtime's signal
 /// set-up would otherwise panic half-way (a multi-line abort instead of one line).
 fn enough_file_descriptors() -> Result<(), String> {
-    use nix::sys::resource::{getrlimit, Resource};
+    use nix::sys::resource::{Resource, getrlimit};
     let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) else {
         return Ok(());
     };

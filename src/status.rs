@@ -315,8 +315,11 @@ mod tests {
             text.starts_with("k: held by web1 pid 7, ttl left 2s, fence 9"),
             "{text}"
         );
-        assert!(to_json("k", &s)
-            .contains("\"held\":true,\"foreign\":false,\"key\":\"k\",\"host\":\"web1\",\"pid\":7"));
+        assert!(
+            to_json("k", &s).contains(
+                "\"held\":true,\"foreign\":false,\"key\":\"k\",\"host\":\"web1\",\"pid\":7"
+            )
+        );
         let queued = Status {
             queued: 2,
             queue_head: Some("web2 8".into()),

@@ -28,8 +28,8 @@ use std::ptr;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::signal::{signal, SigHandler, Signal};
-use nix::unistd::{pipe2, Pid};
+use nix::sys::signal::{SigHandler, Signal, signal};
+use nix::unistd::{Pid, pipe2};
 
 /// `struct clone_args` of `clone3(2)`, up to `cgroup` (Linux 5.7).
 #[repr(C)]

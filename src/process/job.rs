@@ -58,15 +58,15 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::prctl;
-use nix::sys::signal::{killpg, SigHandler, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{getpgrp, getppid, Pid};
-use tokio::signal::unix::{signal, SignalKind};
+use nix::sys::signal::{SigHandler, Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpgrp, getppid};
+use tokio::signal::unix::{SignalKind, signal};
 
 use super::signals::stop_group;
-use super::spawn::{spawn_in, SpawnError};
-use super::terminal::{give_terminal, Terminal};
-use super::tree::{read_stat, Mode, Stat, Tree};
+use super::spawn::{SpawnError, spawn_in};
+use super::terminal::{Terminal, give_terminal};
+use super::tree::{Mode, Stat, Tree, read_stat};
 use crate::config;
 use crate::exit::ChildEnd;
 use crate::lease::Stamp;
@@ -226,7 +226,7 @@ impl Job {
                     return match self.ended {
                         Some(end) => Ok(Some(Event::Ended(end))),
                         None => Err(io::Error::from(Errno::ECHILD)),
-                    }
+                    };
                 }
                 Err(Errno::EINTR) => continue,
                 Err(e) => return Err(io::Error::from(e)),
@@ -288,11 +288,11 @@ impl Job {
     /// foreground it gets the terminal again.
     pub fn resume(&mut self) {
         let _ = self.tree.thaw();
-        if let Some(t) = &self.terminal {
-            if t.foreground_is_ours() {
-                give_terminal(t.as_fd(), self.group);
-                self.gave_terminal = true;
-            }
+        if let Some(t) = &self.terminal
+            && t.foreground_is_ours()
+        {
+            give_terminal(t.as_fd(), self.group);
+            self.gave_terminal = true;
         }
         self.signal(Signal::SIGCONT);
     }
@@ -316,10 +316,10 @@ impl Job {
             }
         }
         reap_orphans();
-        if self.gave_terminal {
-            if let Some(t) = &self.terminal {
-                give_terminal(t.as_fd(), getpgrp());
-            }
+        if self.gave_terminal
+            && let Some(t) = &self.terminal
+        {
+            give_terminal(t.as_fd(), getpgrp());
         }
         if self.tree.is_empty() {
             return Some(self.tree);

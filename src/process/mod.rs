@@ -8,7 +8,7 @@ mod spawn;
 mod terminal;
 mod tree;
 
-pub use job::{become_subreaper, group_is_orphaned, Event, Job};
+pub use job::{Event, Job, become_subreaper, group_is_orphaned};
 pub use signals::Signals;
 pub use spawn::SpawnError;
 pub use tree::{Mode, Tree};

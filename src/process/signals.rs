@@ -9,9 +9,9 @@
 use std::future::poll_fn;
 use std::task::Poll;
 
-use nix::sys::signal::{killpg, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, killpg, sigaction};
 use nix::unistd::getpgrp;
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{SignalKind, signal};
 
 /// The signals that are forwarded to the command. SIGTSTP sent to the wrapper suspends the
 /// command, and the wrapper follows it (job.rs); while waiting for the lock it suspends the
@@ -147,5 +147,5 @@ extern "C" fn record_sigpipe_at_start() {
 /// Run by the dynamic loader (or the static start-up code) before `main`, as C constructors
 /// are; it only reads a signal disposition into an atomic.
 #[used]
-#[link_section = ".init_array"]
+#[unsafe(link_section = ".init_array")]
 static RECORD_SIGPIPE_AT_START: extern "C" fn() = record_sigpipe_at_start;

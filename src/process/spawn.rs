@@ -9,8 +9,8 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 
 use nix::sys::prctl;
-use nix::sys::signal::{kill, SigHandler, Signal};
-use nix::unistd::{getpid, getppid, setpgid, Pid};
+use nix::sys::signal::{SigHandler, Signal, kill};
+use nix::unistd::{Pid, getpid, getppid, setpgid};
 
 use super::clone_into::{self, CloneError};
 use super::signals;

@@ -4,8 +4,8 @@ use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
-use nix::unistd::{getpgrp, tcgetpgrp, tcsetpgrp, Pid};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+use nix::unistd::{Pid, getpgrp, tcgetpgrp, tcsetpgrp};
 
 /// The wrapper's controlling terminal: one of stdin, stdout or stderr if any is a terminal,
 /// else `/dev/tty` (a job started with all three redirected is still a job of the terminal).

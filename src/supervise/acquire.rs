@@ -11,7 +11,7 @@ use crate::process::Signals;
 
 use super::backoff::Backoff;
 use super::messages::{busy_message, show_secs, wait_started_message, waiting_message};
-use super::shared::{beside, Held, Run, RENEW_RETRY};
+use super::shared::{Held, RENEW_RETRY, Run, beside};
 
 /// With -v, how often a wait that goes on is logged (stderr not a terminal).
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);

@@ -11,7 +11,7 @@ use crate::process::{self, Event, Job, Signals, SpawnError, Tree};
 
 use super::keeper::LeaseKeeper;
 use super::outcome::{LeaseEnd, Under};
-use super::shared::{earliest, Held, Run};
+use super::shared::{Held, Run, earliest};
 use super::stopper::Stopper;
 
 /// Longest nap between lease checks. tokio's timers run on CLOCK_MONOTONIC, which stops during
@@ -249,13 +249,13 @@ impl<'a, L: Lock> Run<'a, L> {
                 report.info("resumed", "continued; continuing the command");
                 job.resume();
             }
-            if let MaxRuntime::Until(at) = max_runtime {
-                if now >= at {
-                    // Applies whatever else has happened (a forwarded TERM the command
-                    // ignored).
-                    max_runtime = MaxRuntime::Reached;
-                    stopper.terminate(job, now.checked_add(cfg.grace));
-                }
+            if let MaxRuntime::Until(at) = max_runtime
+                && now >= at
+            {
+                // Applies whatever else has happened (a forwarded TERM the command
+                // ignored).
+                max_runtime = MaxRuntime::Reached;
+                stopper.terminate(job, now.checked_add(cfg.grace));
             }
             stopper.kill_if_due(job, now);
             keeper.start_renewal_if_due(now);

@@ -10,7 +10,7 @@ use crate::lock::{Lock, RedisFailure, Renewal, ReplicaAck, Token};
 use crate::report::Reporter;
 
 use super::outcome::LeaseEnd;
-use super::shared::{earliest, Held, Run, RENEW_RETRY};
+use super::shared::{Held, RENEW_RETRY, Run, earliest};
 
 type RenewalFuture<'a> = Pin<Box<dyn Future<Output = Result<Renewal, RedisFailure>> + 'a>>;
 
@@ -108,18 +108,18 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
     }
 
     pub(super) fn start_renewal_if_due(&mut self, now: Stamp) {
-        if let Renewals::Due(Some(at)) = self.renewals {
-            if now >= at {
-                // Bounded so that it never outlives the time the lease still allows, and
-                // short enough that an attempt lost on a dead connection is given up and
-                // retried on a new one (the connection is dropped with it) well before that.
-                let within = now
-                    .until(self.lease.stop_at())
-                    .min(self.attempt)
-                    .max(Duration::from_millis(10));
-                let (lock, token, ttl) = (self.lock, self.token, self.ttl);
-                self.renewals = Renewals::Sent(Box::pin(lock.renew(token, ttl, within)));
-            }
+        if let Renewals::Due(Some(at)) = self.renewals
+            && now >= at
+        {
+            // Bounded so that it never outlives the time the lease still allows, and
+            // short enough that an attempt lost on a dead connection is given up and
+            // retried on a new one (the connection is dropped with it) well before that.
+            let within = now
+                .until(self.lease.stop_at())
+                .min(self.attempt)
+                .max(Duration::from_millis(10));
+            let (lock, token, ttl) = (self.lock, self.token, self.ttl);
+            self.renewals = Renewals::Sent(Box::pin(lock.renew(token, ttl, within)));
         }
     }
 

@@ -9,7 +9,7 @@ use crate::exit::Ending;
 use crate::lock::Holder;
 use crate::report::Reporter;
 
-use super::outcome::{exit_for, LeaseEnd, Outcome, ReleaseResult, Under};
+use super::outcome::{LeaseEnd, Outcome, ReleaseResult, Under, exit_for};
 
 /// The messages for a run that held the lock (a run that did not has said why already).
 pub(super) fn tell(
@@ -232,8 +232,10 @@ mod tests {
             queued: 1,
             ..holder.clone()
         };
-        assert!(waiting_message("k", &next, Duration::ZERO, Wait::Forever)
-            .contains("(held by web1 pid 42, 1st of 1 in line)"));
+        assert!(
+            waiting_message("k", &next, Duration::ZERO, Wait::Forever)
+                .contains("(held by web1 pid 42, 1st of 1 in line)")
+        );
         assert_eq!(
             wait_started_message("redlock:k", &holder, Wait::For(Duration::from_secs(600))),
             "lock redlock:k is held by web1 pid 42 since 1970-01-01T00:00:00Z (1s 500ms left \

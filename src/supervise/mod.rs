@@ -36,8 +36,8 @@ use crate::report::Reporter;
 
 use acquire::Acquirer;
 use messages::{show, show_ms, tell};
-use outcome::{exit_for, Outcome, ReleaseResult, Under};
-use shared::{beside, Run};
+use outcome::{Outcome, ReleaseResult, Under, exit_for};
+use shared::{Run, beside};
 
 /// How long a release is given once the lease is known lost: the compare-and-delete can then
 /// only tidy up, and must not hold up the exit for a whole --connect-timeout.

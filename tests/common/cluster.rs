@@ -14,7 +14,7 @@ use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::tls::{Pki, TlsServer};
-use super::{wait_until, RedisServer, Wrapper};
+use super::{RedisServer, Wrapper, wait_until};
 
 /// CLUSTER node timeout: a failed master is replaced about two of these later.
 const NODE_TIMEOUT_MS: &str = "1000";

@@ -55,10 +55,10 @@ pub fn read(dir: &Path) -> Vec<Run> {
         .lines()
     {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if let [s, e, fence] = f[..] {
-            if let (Ok(s), Ok(e), Ok(fence)) = (s.parse(), e.parse(), fence.parse()) {
-                ends.insert((s, fence), e);
-            }
+        if let [s, e, fence] = f[..]
+            && let (Ok(s), Ok(e), Ok(fence)) = (s.parse(), e.parse(), fence.parse())
+        {
+            ends.insert((s, fence), e);
         }
     }
     let mut runs = Vec::new();

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::tls::Pki;
-use super::{free_port, redis_server_bin, wait_until, RedisServer, Wrapper, POLL};
+use super::{POLL, RedisServer, Wrapper, free_port, redis_server_bin, wait_until};
 
 /// The name the sentinels monitor the master under.
 pub const MASTER_NAME: &str = "mymaster";
@@ -86,7 +86,7 @@ impl SentinelProc {
                         child: Some(child),
                         port,
                         dir,
-                    }
+                    };
                 }
                 Err(e) => {
                     // Most likely the port was taken meanwhile: try another.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::{free_port, redis_server_bin, RedisServer, POLL};
+use super::{POLL, RedisServer, free_port, redis_server_bin};
 
 /// Certificates and keys in a temp dir of their own, all PEM.
 pub struct Pki {

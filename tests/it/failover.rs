@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,7 @@ use nix::sys::signal::Signal;
 
 use crate::common::cluster::Cluster;
 use crate::common::history::{self, job};
-use crate::common::sentinel::{cli_at, SentinelSet, MASTER_NAME};
+use crate::common::sentinel::{MASTER_NAME, SentinelSet, cli_at};
 use crate::common::*;
 
 /// The lease of every run here: short, so a lost lock shows within seconds.

@@ -196,7 +196,7 @@ fn status_lists_every_holder_and_hold_at_least_keeps_a_permit() {
     json.expect_code(0);
     assert_eq!(json_field(&json.stdout, "limit"), "3", "{json}");
     assert_eq!(json.stdout.matches("\"ttl_ms\":").count(), 3, "{json}"); // top + 2 holders
-                                                                         // One permit left: one more gets in, the next is busy.
+    // One permit left: one more gets in, the next is busy.
     Wrapper::on(&redis, "k")
         .args(["--limit", "3", "--hold-at-least", "60s"])
         .sh("true")

@@ -8,7 +8,7 @@
 
 use std::fs;
 
-use crate::common::sentinel::{self, cli_at, sentinel_url, SentinelSet, MASTER_NAME};
+use crate::common::sentinel::{self, MASTER_NAME, SentinelSet, cli_at, sentinel_url};
 use crate::common::*;
 
 const KEY: &str = "redlock:job";

@@ -5,7 +5,7 @@
 use std::fs;
 use std::time::Instant;
 
-use crate::common::sentinel::{cli_at, sentinel_url, SentinelSet, MASTER_NAME};
+use crate::common::sentinel::{MASTER_NAME, SentinelSet, cli_at, sentinel_url};
 use crate::common::*;
 
 const KEY: &str = "redlock:job";

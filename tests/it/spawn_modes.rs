@@ -34,7 +34,7 @@ fn raw_run(
     block: Option<libc::c_int>,
     cmd: &[&str],
 ) -> (Option<i32>, String) {
-    extern "C" {
+    unsafe extern "C" {
         static mut environ: *const *const libc::c_char;
     }
     let owned: Vec<CString> = envp.iter().map(|e| CString::new(*e).unwrap()).collect();

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use super::keys::Keys;
-use super::mutex::{acquire_args, millis, CANCEL_KEEP};
+use super::mutex::{CANCEL_KEEP, acquire_args, millis};
 use super::script::{Lua, ScriptCall};
 use crate::lock::HolderInfo;
 

@@ -303,8 +303,10 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("s3cret"), "{err}");
-        assert!(parse("http://h")
-            .unwrap_err()
-            .contains("unknown scheme 'http'"));
+        assert!(
+            parse("http://h")
+                .unwrap_err()
+                .contains("unknown scheme 'http'")
+        );
     }
 }

@@ -29,14 +29,14 @@ pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
         "rediss" | "valkeys" if !cfg!(feature = "tls") => {
             return Err(format!(
                 "--redis {shown}: this build has no TLS support (build with --features tls)"
-            ))
+            ));
         }
         "redis" | "rediss" | "valkey" | "valkeys" | "unix" | "redis+unix" | "valkey+unix" => {}
         other => {
             return Err(format!(
                 "--redis {shown}: unknown scheme '{other}' (use redis://, rediss:// (TLS), \
                  valkey://, valkeys://, unix://, redis+sentinel:// or redis+cluster://)"
-            ))
+            ));
         }
     }
     let fragment = rest.rsplit_once('#').map(|(_, f)| f.trim());

@@ -222,7 +222,7 @@ fn parse_query(
             "sentinel_password" | "sentinel_password_file" if password_given => {
                 return Err(bad(
                     "give sentinel_password or sentinel_password_file, not both",
-                ))
+                ));
             }
             "sentinel_password" => {
                 password_given = true;
@@ -237,7 +237,7 @@ fn parse_query(
                 return Err(bad(
                     "an unknown query parameter (known: sentinel_username, sentinel_password, \
                      sentinel_password_file; a password holding '&' must encode it as %26)",
-                ))
+                ));
             }
         }
     }

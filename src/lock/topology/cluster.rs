@@ -66,17 +66,17 @@ use redis::{ConnectionAddr, ConnectionInfo, Pipeline, Value};
 use tokio::time::Instant;
 
 use super::one_master::{Acquired, Answered, OneMaster, Route};
-use super::server::{deadline_in, is_noscript, script_reply, with_wait, ScriptReply, Server};
+use super::server::{ScriptReply, Server, deadline_in, is_noscript, script_reply, with_wait};
 use super::shared::protocol_for;
+use crate::lock::protocol::ScriptCall;
 use crate::lock::protocol::keys::Keys;
 use crate::lock::protocol::mutex::{self, AcquireReply};
-use crate::lock::protocol::ScriptCall;
 use crate::lock::target::{Target, Tls};
 use crate::lock::{Holder, HolderInfo, RedisFailure, ReleaseNotices, ReplicaAck};
 
 mod replies;
 
-use replies::{addr_of, redirect, redirect_of, slot, slot_owner, Addr, Redirect};
+use replies::{Addr, Redirect, addr_of, redirect, redirect_of, slot, slot_owner};
 
 /// Redirects (MOVED, ASK, a pause after TRYAGAIN) followed within one call at most.
 const MAX_HOPS: u32 = 8;
@@ -373,7 +373,7 @@ impl Cluster {
                     LeftBehind::Nothing => Redirect::Ask(to),
                     LeftBehind::Redirect(other) => other,
                     LeftBehind::Some if route.on_split == OnSplit::Report => {
-                        return Ok(Sent::Split)
+                        return Ok(Sent::Split);
                     }
                     LeftBehind::Some => {
                         give_up = self.split_failure(node.shown());
@@ -443,7 +443,7 @@ impl Cluster {
                     Some(Redirect::Ask(_)) => {}
                     Some(other) => return Ok(LeftBehind::Redirect(other)),
                     None => {
-                        return Err(RedisFailure::from_redis(&err.clone().into(), node.shown()))
+                        return Err(RedisFailure::from_redis(&err.clone().into(), node.shown()));
                     }
                 },
                 other => return Err(Self::unexpected(node, what, other)),
@@ -673,11 +673,12 @@ impl Route for Cluster {
             ));
         };
         // Not queued: a waiter always is, unless the queue is out of the script's reach.
-        if let Some(AcquireReply::Busy(busy)) = mutex::parse_acquire(&reply.value) {
-            if waits && busy.place == 0 {
-                let kept = self.keep_place(holder, Some(busy), deadline).await?;
-                return Ok(Acquired::Busy(kept));
-            }
+        if let Some(AcquireReply::Busy(busy)) = mutex::parse_acquire(&reply.value)
+            && waits
+            && busy.place == 0
+        {
+            let kept = self.keep_place(holder, Some(busy), deadline).await?;
+            return Ok(Acquired::Busy(kept));
         }
         Ok(Acquired::Reply(answered(reply, &node)))
     }

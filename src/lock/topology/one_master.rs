@@ -24,7 +24,7 @@ use std::time::Duration;
 use redis::{Pipeline, Value};
 
 use super::server::ScriptReply;
-use super::shared::{read_status, UNDO_AT_LEAST};
+use super::shared::{UNDO_AT_LEAST, read_status};
 use crate::lease::Stamp;
 use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::protocol::{Protocol, ScriptCall};
@@ -210,11 +210,11 @@ impl<R: Route> Lock for OneMaster<R> {
         let result = self
             .attempt(&token, ttl, holder, for_script, counted_from)
             .await;
-        if let Err(e) = &result {
-            if e.may_have_written() {
-                let left = deadline.map_or(Duration::ZERO, |d| Stamp::now().until(d));
-                self.undo(&token, left.max(UNDO_AT_LEAST)).await;
-            }
+        if let Err(e) = &result
+            && e.may_have_written()
+        {
+            let left = deadline.map_or(Duration::ZERO, |d| Stamp::now().until(d));
+            self.undo(&token, left.max(UNDO_AT_LEAST)).await;
         }
         result
     }

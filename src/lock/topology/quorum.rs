@@ -33,10 +33,10 @@ use futures_util::future::join_all;
 use futures_util::stream::{self, FuturesUnordered, StreamExt};
 
 use super::server::Server;
-use super::shared::{named, read_status, UNDO_AT_LEAST};
+use super::shared::{UNDO_AT_LEAST, named, read_status};
 use crate::lease::{self, Stamp};
 use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
-use crate::lock::protocol::{status, ScriptCall};
+use crate::lock::protocol::{ScriptCall, status};
 use crate::lock::target::{QuorumNodes, Target};
 use crate::lock::{
     Attempt, FailureKind, Grant, Holder, HolderInfo, Lock, NodeStatus, RedisFailure,

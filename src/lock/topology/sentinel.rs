@@ -47,7 +47,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, Pipeline,
 use tokio::time::Instant;
 
 use super::one_master::{Answered, OneMaster, Route};
-use super::server::{deadline_in, parse_master_role, text, ScriptReply, Server};
+use super::server::{ScriptReply, Server, deadline_in, parse_master_role, text};
 use super::shared::protocol_for;
 use crate::lock::protocol::ScriptCall;
 use crate::lock::target::{SentinelSpec, Target, Tls};
@@ -238,10 +238,10 @@ impl Sentinel {
                 format!("does not know a master named '{}'", self.spec.master),
             ));
         };
-        if self.needs_replicas {
-            if let Err(e) = &named.promotable {
-                return Err(e.clone());
-            }
+        if self.needs_replicas
+            && let Err(e) = &named.promotable
+        {
+            return Err(e.clone());
         }
         let (host, port) = named.addr.clone();
         if tried.contains(&named.addr) {

@@ -470,13 +470,13 @@ pub fn script_reply(
         (None, _) => None,
         (Some(_), Some(Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
         (Some(_), Some(Value::ServerError(err))) => {
-            return Err(RedisFailure::from_redis(&err.into(), shown))
+            return Err(RedisFailure::from_redis(&err.into(), shown));
         }
         (Some(_), other) => {
             return Err(RedisFailure::unexpected(
                 shown,
                 format!("unexpected reply to WAIT: {other:?}"),
-            ))
+            ));
         }
     };
     Ok(ScriptReply {

@@ -8,7 +8,7 @@ use redis::Value;
 
 use super::server::first_error;
 use crate::lock::protocol::keys::BadName;
-use crate::lock::protocol::{status, Protocol};
+use crate::lock::protocol::{Protocol, status};
 use crate::lock::target::Target;
 use crate::lock::{RedisFailure, Status};
 

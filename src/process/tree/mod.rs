@@ -79,7 +79,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 mod cgroup;
@@ -88,8 +88,8 @@ mod proc;
 mod tests;
 
 use cgroup::Cgroup;
-pub use proc::{read_stat, Stat};
-use proc::{signal_if_same, ProcTree};
+use proc::{ProcTree, signal_if_same};
+pub use proc::{Stat, read_stat};
 
 /// Set to anything but empty or `0`, [`Tree::new`] does not try the cgroup mode.
 pub const NO_CGROUP_ENV: &str = "REDLOCK_NO_CGROUP";
@@ -233,7 +233,9 @@ impl Tree {
     /// (async-signal-safe: one `write`, no allocation); in the /proc mode it does nothing.
     /// The closure owns its descriptor (close-on-exec, closed when the `Command` is dropped),
     /// so it stays valid however long the `Command` lives. Register it first.
-    pub fn pre_exec_join(&self) -> io::Result<impl Fn() -> io::Result<()> + Send + Sync + 'static> {
+    pub fn pre_exec_join(
+        &self,
+    ) -> io::Result<impl Fn() -> io::Result<()> + Send + Sync + 'static + use<>> {
         let fds: Option<(OwnedFd, OwnedFd)> = match &self.inner {
             Inner::Cgroup(cg) => Some(cg.join_fds()?),
             Inner::Proc(_) => None,

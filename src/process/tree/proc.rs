@@ -7,8 +7,8 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::{getpid, Pid};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::{Pid, getpid};
 
 /// Walks of the freeze before it gives up on a tree that keeps growing.
 const MAX_ROUNDS: usize = 100;

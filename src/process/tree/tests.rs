@@ -16,7 +16,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::getpid;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -377,9 +377,11 @@ fn cgroup_nested_cgroups_are_counted_killed_and_removed() {
     cleanup.add(Proc::of(leader.pid()).unwrap());
     let line = line_channel(out).recv_timeout(BOUND).expect("ready");
     assert_eq!(line, "ready");
-    assert!(fs::read_to_string(dir.join("inner/cgroup.procs"))
-        .unwrap()
-        .contains(&leader.pid().to_string()));
+    assert!(
+        fs::read_to_string(dir.join("inner/cgroup.procs"))
+            .unwrap()
+            .contains(&leader.pid().to_string())
+    );
     assert_eq!(tree.pids(), vec![Pid::from_raw(leader.pid())]);
     assert!(!tree.is_empty());
     tree.kill_all().unwrap();
@@ -811,10 +813,10 @@ impl Tree {
             if s.ppid != me || !is_dead_state(s.state) || Some(pid) == skip || Some(pid) == guard {
                 continue;
             }
-            if let Ok(status) = waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-                if status != WaitStatus::StillAlive {
-                    reaped += 1;
-                }
+            if let Ok(status) = waitpid(pid, Some(WaitPidFlag::WNOHANG))
+                && status != WaitStatus::StillAlive
+            {
+                reaped += 1;
             }
         }
         reaped

@@ -228,7 +228,7 @@ mod tests {
         let (owner, nodes) = slot_owner(&reply, 12182, "10.0.0.9").unwrap();
         assert_eq!(owner, ("10.0.0.9".to_owned(), 7001));
         assert_eq!(nodes.len(), 3);
-        assert_eq!(slot_owner(&reply, 5, "h").unwrap().0 .1, 7000);
+        assert_eq!(slot_owner(&reply, 5, "h").unwrap().0.1, 7000);
         assert!(slot_owner(&Value::Array(vec![range(0, 1, vec![])]), 5, "h").is_none());
     }
 }
