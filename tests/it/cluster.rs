@@ -1,5 +1,6 @@
-//! `redis+cluster://`: locks on every master, each on its slot's owner; busy, status, a waiter
-//! woken by the release, fences; a lost lock; `--min-replicas` on the key's master; the slot
+//! `redis+cluster://` (runs, busy, status, renewals, a lost lock, waiters and fences on one
+//! slot are in `contract`): locks on every master, each on its slot's owner, with `status` and
+//! fences there; `--min-replicas` on the key's master; the slot
 //! migrated mid-run (ASK, then MOVED); the key's master killed and its replica promoted
 //! mid-run; an unrelated master frozen with an empty script cache; usage errors; secrets;
 //! `--limit 2`; `rediss+cluster://`; runs that start, hold, release and wait while the
@@ -80,94 +81,6 @@ fn locks_on_every_master_land_on_their_slot_owner() {
         // Another run meets the held lock.
         cluster.wrapper(&name).sh("true").run().expect_code(75);
     }
-}
-
-/// Busy (75), `status` while held, a waiter woken by the release announcement, fences that
-/// grow, and a lock overwritten mid-run (74).
-#[test]
-fn busy_status_wait_and_a_lost_lock() {
-    let cluster = Cluster::start(3, 0);
-    let dir = scratch();
-    let key = "redlock:shared";
-    let owner = &cluster.nodes[cluster.owner_of(key)];
-
-    let mut a = cluster
-        .wrapper("shared")
-        .sh(&format!("echo $REDLOCK_FENCE > a-fence; {UNTIL_GO}"))
-        .current_dir(dir.path())
-        .spawn();
-    a.child_pid(&dir.path().join("started"), secs(10));
-    let busy = cluster
-        .wrapper("shared")
-        .sh("touch b-ran")
-        .current_dir(dir.path())
-        .run();
-    busy.expect_code(75);
-    assert!(!dir.path().join("b-ran").exists());
-    let status = Wrapper::new()
-        .args(["status", "--redis", &cluster.url(), "--key", "shared"])
-        .run();
-    status.expect_code(0);
-    assert!(status.stdout.contains("held by"), "{status}");
-    fs::write(dir.path().join("go"), "").unwrap();
-    a.wait(secs(20)).expect_code(0);
-    assert!(!owner.exists(key), "released");
-    let a_fence: u64 = read_trimmed(&dir.path().join("a-fence")).parse().unwrap();
-
-    // A waiter subscribes while the lock is busy, and acts on the announcement at once
-    // rather than at its next poll (by now 125 to 250 ms apart). Both moments are read on
-    // the server's clock (the release's TIME, the new holder's acquired_ms), so the time
-    // the command takes to start does not count.
-    let channel = format!("{{{key}}}:released");
-    let holder = format!("{{{key}}}:holder");
-    owner.cli(&["SET", key, "someone", "PX", "60000"]);
-    let mut waiter = cluster
-        .wrapper("shared")
-        .args(["--wait", "30s"])
-        .sh("echo $REDLOCK_FENCE > c-fence.tmp; mv c-fence.tmp c-fence; sleep 3")
-        .current_dir(dir.path())
-        .spawn();
-    waiter.wait_until(secs(10), "waiter subscribed", || {
-        owner.cli(&["PUBSUB", "NUMSUB", &channel]).ends_with('1')
-    });
-    thread::sleep(secs(2));
-    let time = owner.cli(&[
-        "EVAL",
-        "redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[2], '1') \
-         local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)",
-        "2",
-        key,
-        &channel,
-    ]);
-    let released_ms: u64 = time.trim().parse().expect("TIME in ms");
-    waiter.wait_for_file(&dir.path().join("c-fence"), secs(10));
-    let acquired_ms: u64 = owner
-        .cli(&["HGET", &holder, "acquired_ms"])
-        .parse()
-        .expect("acquired_ms of the waiter");
-    waiter.wait(secs(10)).expect_code(0);
-    let delay = ms(acquired_ms.saturating_sub(released_ms));
-    assert!(
-        delay < ms(100),
-        "waiter acquired {delay:?} after the release"
-    );
-    let c_fence: u64 = read_trimmed(&dir.path().join("c-fence")).parse().unwrap();
-    assert!(a_fence < c_fence, "fences {a_fence} then {c_fence}");
-
-    // Someone overwrites the lock: the next renewal finds it gone, the command is stopped.
-    fs::remove_file(dir.path().join("go")).unwrap();
-    fs::remove_file(dir.path().join("started")).unwrap();
-    let mut d = cluster
-        .wrapper("shared")
-        .args(["--ttl", "1s"])
-        .sh(UNTIL_GO)
-        .current_dir(dir.path())
-        .spawn();
-    let child = d.child_pid(&dir.path().join("started"), secs(10));
-    owner.cli(&["SET", key, "intruder", "PX", "60000"]);
-    d.wait(secs(10)).expect_code(74);
-    assert!(!pid_alive(child));
-    assert_eq!(owner.get(key).as_deref(), Some("intruder"), "left alone");
 }
 
 /// `--min-replicas` counts the replicas of the key's master: one is there, two are not.
