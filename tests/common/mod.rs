@@ -13,7 +13,7 @@
 //!   is (asked with `INFO server`), for the few tests that need a feature some servers lack.
 //!   `REDIS_SERVER_BIN` / `REDIS_CLI_BIN` choose the binaries (scripts/test-servers).
 //! - Small helpers several test modules share: [`secs`], [`ms`], [`now_ns`], [`read_trimmed`],
-//!   [`json_field`], [`start_primary_and_replica`].
+//!   [`parse_json`], [`start_primary_and_replica`].
 //!
 //! Included by the one integration-test binary, `tests/it/main.rs`, as its `common` module.
 //!
@@ -959,18 +959,8 @@ pub fn start_primary_and_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
-/// The value of `"field":` in a flat JSON object, as raw text (strings keep their quotes).
-pub fn json_field<'a>(json: &'a str, field: &str) -> &'a str {
-    let needle = format!("\"{field}\":");
-    let start = json
-        .find(&needle)
-        .unwrap_or_else(|| panic!("no {field:?} in {json}"))
-        + needle.len();
-    let rest = &json[start..];
-    let end = if let Some(quoted) = rest.strip_prefix('"') {
-        quoted.find('"').expect("closing quote") + 2
-    } else {
-        rest.find([',', '}']).expect("end of value")
-    };
-    &rest[..end]
+/// One JSON document (`status --json`, a `--log-format json` line), parsed; panics with the
+/// text when it is not JSON.
+pub fn parse_json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }

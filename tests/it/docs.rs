@@ -184,17 +184,13 @@ fn rust_version_covers_every_dependency() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let json = String::from_utf8(out.stdout).unwrap();
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
     let ours = parse_version(env!("CARGO_PKG_RUST_VERSION"));
     let mut needs: Vec<((u32, u32, u32), String)> = Vec::new();
-    // Each package object has "name" before "rust_version"; a plain scan is enough here.
-    for part in json.split("\"name\":\"").skip(1) {
-        let name = part.split('"').next().unwrap_or_default().to_owned();
-        let Some(object) = part.split("\"name\":\"").next() else {
-            continue;
-        };
-        if let Some(rest) = object.split("\"rust_version\":\"").nth(1) {
-            let version = rest.split('"').next().unwrap_or_default();
+    for package in metadata["packages"].as_array().expect("packages") {
+        let name = package["name"].as_str().unwrap_or_default();
+        if let Some(version) = package["rust_version"].as_str() {
             needs.push((parse_version(version), format!("{name} {version}")));
         }
     }

@@ -1,5 +1,5 @@
-//! Holding the lease: the heartbeat keeps the key alive; a lost lock (key overwritten or
-//! deleted, Redis killed, frozen or restarted empty) stops the command before the lease could
+//! Holding the lease (the heartbeat, and a key overwritten or deleted, are in `contract`): a
+//! lost lock (Redis killed, frozen or restarted empty) stops the command before the lease could
 //! have expired, escalating to SIGKILL after `--grace`; a wrapper woken past its lease, a
 //! lease gone before the command starts, leftovers in the group; a SIGKILLed wrapper's key
 //! expiring within the ttl; `--hold-at-least`, which must not hold a lock whose command never
@@ -12,81 +12,6 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::common::*;
-
-#[test]
-fn heartbeat_keeps_the_key_alive_past_its_ttl() {
-    let redis = RedisServer::start();
-    let dir = scratch();
-    let mut run = Wrapper::on(&redis, "hb")
-        .args(["--ttl", "1s"])
-        .sh("echo $$ > started; sleep 3; echo > done")
-        .current_dir(dir.path())
-        .spawn();
-    run.child_pid(&dir.path().join("started"), secs(10));
-    let t0 = Instant::now();
-    let done = dir.path().join("done");
-    let mut last_sample = Duration::ZERO;
-    let mut samples = 0;
-    // Sample PTTL until the child says it is done; any sample taken while it was still
-    // running (no `done` after the sample) must show a live key with a TTL.
-    while t0.elapsed() < secs(20) {
-        let pttl = redis.pttl("redlock:hb");
-        if done.exists() {
-            break;
-        }
-        samples += 1;
-        last_sample = t0.elapsed();
-        assert!(
-            pttl > 0,
-            "PTTL {pttl} after {last_sample:?} of a 3 s job with --ttl 1s\n{}",
-            run.describe()
-        );
-        thread::sleep(ms(50));
-    }
-    assert!(
-        last_sample >= ms(2500),
-        "sampled only up to {last_sample:?} ({samples} samples): the job ended early?\n{}",
-        run.describe()
-    );
-    let out = run.wait(secs(20));
-    out.expect_code(0);
-    assert!(!redis.exists("redlock:hb"), "released after the run\n{out}");
-}
-
-#[test]
-fn key_overwritten_mid_run_stops_the_child_and_exits_74() {
-    let redis = RedisServer::start();
-    let dir = scratch();
-    let mut run = Wrapper::on(&redis, "k")
-        .args(["--ttl", "1s"])
-        .sh(
-            "trap 'echo TERM > caught; kill $! 2>/dev/null; exit 0' TERM; \
-             echo $$ > started; sleep 30 & wait",
-        )
-        .current_dir(dir.path())
-        .spawn();
-    let pid = run.child_pid(&dir.path().join("started"), secs(10));
-    redis.cli(&["SET", "redlock:k", "intruder"]);
-
-    let out = run.wait(secs(15));
-    out.expect_code(74);
-    out.expect_all_lines_prefixed();
-    assert!(
-        !out.stderr_lines().is_empty(),
-        "lost lock must be reported\n{out}"
-    );
-    assert!(
-        dir.path().join("caught").exists(),
-        "child must have got SIGTERM\n{out}"
-    );
-    assert!(!pid_alive(pid), "child must be gone\n{out}");
-    assert_eq!(
-        redis.get("redlock:k").as_deref(),
-        Some("intruder"),
-        "the intruder's value must be left alone"
-    );
-    assert_eq!(redis.pttl("redlock:k"), -1, "the intruder's key got a TTL");
-}
 
 /// Starts a long job with `--ttl 2s`, breaks Redis with `break_it`, and checks the child is
 /// gone before the lease (renewed at the latest just before the break) could have expired.

@@ -5,9 +5,13 @@
 //! cwd); the tests wait on those events with generous bounds instead of sleeping. The harness
 //! (servers, the wrapper runner, polling helpers) is `tests/common/mod.rs`.
 //!
+//! - `contract`: the behaviours every topology keeps (a run takes and releases the lock, busy,
+//!   renewals, a lost lock, a release that spares another holder, `status --json`, a waiter
+//!   woken by the release, arrival order, growing fences), one test per behaviour and
+//!   topology (one server, Sentinel, Cluster, Redlock).
 //! - `acquire`: mutual exclusion, a busy lock (exit 75, `--conflict-exit-code`), `--wait`,
 //!   waiters woken by the release announcement.
-//! - `lease`: heartbeat, lost lock (key overwritten, Redis killed, frozen or restarted),
+//! - `lease`: lost lock (Redis killed, frozen or restarted),
 //!   `--grace` escalation, a wrapper woken past its lease, leftovers bounded by the lease, a
 //!   SIGKILLed wrapper, `--hold-at-least` (and no hold when the command never ran).
 //! - `limit`: `--limit N`: never more than N at once, a killed holder's permit expires,
@@ -29,11 +33,10 @@
 //! - `network`: faults made by the TCP fault proxy: the replica WAIT travels with its write,
 //!   a silently dead connection is replaced, an interrupted waiter leaves nothing behind.
 //! - `options`: `--prefix`, passwords, `REDLOCK_*` configuration, `-q`, `--log-format json`.
-//! - `fencing`: `REDLOCK_FENCE` ordering, a stale writer rejected, a corrupt counter refused.
+//! - `fencing`: `REDLOCK_FENCE` across a restart, a stale writer rejected, a corrupt counter refused.
 //! - `replicas`: `--min-replicas` acknowledgement of the acquire and of renewals.
 //! - `terminal`: the command on a pseudo-terminal, the live waiting line, `stty tostop`.
-//! - `cluster`: `redis+cluster://`: locks on every master, busy, status, a woken waiter,
-//!   fences, `--min-replicas`, the lock's slot migrated and its master failed over mid-run,
+//! - `cluster`: `redis+cluster://`: locks on every master, `--min-replicas`, the lock's slot migrated and its master failed over mid-run,
 //!   a frozen unrelated master, usage errors and secrets, `--limit`, TLS (harness:
 //!   `tests/common/cluster.rs`).
 //! - `tls`: a TLS server with a CA made by the harness: `--tls-ca-cert`, client certificates
@@ -47,7 +50,7 @@
 //! - `completion`: the bash, zsh and fish completions, run in those shells (zsh on a
 //!   pseudo-terminal): options of a run and of `status`, option values, commands after `--`
 //!   and the command's own completion.
-//! - `sentinel`: `redis+sentinel://`: runs through the sentinels, sentinels partly down, a
+//! - `sentinel`: `redis+sentinel://`: sentinels partly down, an unknown master name, a
 //!   failover while a command runs (no second holder), a restarted old master never used,
 //!   a demoted master, fences across a failover, bad URLs, passwords of data nodes and
 //!   sentinels, `rediss+sentinel://` (TLS to the data nodes; Redis 7.0 only).
@@ -58,8 +61,8 @@
 //!   history checker (`--ignored`, run in CI).
 //! - `harness`: sanity checks of the harness itself.
 //! - `quorum`: Redlock over N masters: a node down, frozen or restarted empty, no quorum
-//!   (exit 69, nothing left), the fence write-back against a counter far ahead, busy,
-//!   `status`, usage errors, `REDLOCK_REDIS` with several URLs, passwords hidden.
+//!   (exit 69, nothing left), the fence write-back against a counter far ahead,
+//!   `status` with a node down, usage errors, `REDLOCK_REDIS` with several URLs, passwords hidden.
 //! - `hardening`: hostile inputs and awkward failures for Sentinel and Redlock (secrets in
 //!   malformed URLs, one server under two names, a silent node, a self-waking waiter).
 //! - `spawn_modes`: the command starts the same born in its cgroup (clone3) or forked and
@@ -73,6 +76,7 @@ mod acquire;
 mod child;
 mod cluster;
 mod completion;
+mod contract;
 mod docs;
 mod failover;
 mod fencing;

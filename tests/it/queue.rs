@@ -149,10 +149,11 @@ fn status_shows_the_queue() {
         .args(["status", "--redis", &redis.url(), "--key", "q", "--json"])
         .run();
     json.expect_code(0);
-    assert_eq!(json_field(&json.stdout, "queued"), "1", "{json}");
+    let status = parse_json(&json.stdout);
+    assert_eq!(status["queued"], 1, "{json}");
     assert_eq!(
-        json_field(&json.stdout, "queue_head"),
-        format!("\"{host} {}\"", w.pid),
+        status["queue_head"],
+        format!("{host} {}", w.pid).as_str(),
         "{json}"
     );
     fs::write(dir.path().join("go"), "").unwrap();

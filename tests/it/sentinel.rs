@@ -1,8 +1,8 @@
 //! `redis+sentinel://`: the lock on the master that Redis Sentinel names (harness:
 //! `tests/common/sentinel.rs`, a master, replicas and three sentinels).
 //!
-//! End to end through the sentinels (acquire, busy, status, a waiter woken by the release,
-//! `--hold-at-least`); sentinels partly down; a kill -9 of the master while a command runs
+//! (Runs, busy, status, renewals, a lost lock, waiters and fences through the sentinels are in
+//! `contract`.) Sentinels partly down; a kill -9 of the master while a command runs
 //! (it goes on or stops with 74, and a second wrapper never runs beside it); a killed and
 //! restarted old master never used; fences growing across a failover; bad URLs; secrets.
 
@@ -31,67 +31,6 @@ fn beating(beats: &str) -> String {
          while [ ! -e go ] && [ $i -lt 1200 ]; do date +%s%N >> {beats}; sleep 0.05; \
          i=$((i+1)); done; date +%s%N >> {beats}; touch ended"
     )
-}
-
-#[test]
-fn runs_busy_status_hold_and_a_woken_waiter_through_the_sentinels() {
-    let set = SentinelSet::start(1);
-    let dir = scratch();
-    let mut a = set
-        .wrapper("job")
-        .sh(&beating("a-beats"))
-        .current_dir(dir.path())
-        .spawn();
-    a.child_pid(&dir.path().join("started"), secs(15));
-    let master = set.node(set.master_port());
-    assert!(
-        master.exists(KEY),
-        "the lock is on the master\n{}",
-        a.describe()
-    );
-
-    // Busy: 75 without touching the command.
-    let busy = set
-        .wrapper("job")
-        .sh("touch b-ran")
-        .current_dir(dir.path())
-        .run();
-    busy.expect_code(75);
-    assert!(!dir.path().join("b-ran").exists());
-
-    // status through the sentinels.
-    let status = Wrapper::new()
-        .args(["status", "--redis", &set.url(), "--key", "job", "--json"])
-        .run();
-    status.expect_code(0);
-    assert_eq!(json_field(status.stdout.trim(), "held"), "true", "{status}");
-    assert_eq!(
-        json_field(status.stdout.trim(), "fence"),
-        read_trimmed(&dir.path().join("fence"))
-    );
-
-    // A waiter, woken when A releases.
-    let b = set
-        .wrapper("job")
-        .args(["--wait", "30s", "--hold-at-least", "30s"])
-        .sh("date +%s%N > b-start")
-        .current_dir(dir.path())
-        .spawn();
-    wait_for_waiting(&b);
-    fs::write(dir.path().join("go"), "").unwrap();
-    a.wait(secs(15)).expect_code(0);
-    let b_out = b.wait(secs(30));
-    b_out.expect_code(0);
-    let b_start: u128 = read_trimmed(&dir.path().join("b-start")).parse().unwrap();
-    assert!(
-        b_start > last_stamp(&dir.path().join("a-beats")),
-        "B ran while A's command ran\n{b_out}"
-    );
-    // --hold-at-least: B's lock stays after B ended.
-    assert!(
-        master.pttl(KEY) > 0,
-        "B's lock is held on for --hold-at-least"
-    );
 }
 
 /// Waits until `run` says it waits for the lock.

@@ -3,7 +3,6 @@
 //! true`): the write fails with EPIPE and the wrapper ends quietly with 141 (128 + SIGPIPE),
 //! as `cat` or `ls | head` do, instead of panicking (SIGABRT, 134, under panic=abort).
 
-use std::fs;
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Stdio};
@@ -32,11 +31,11 @@ fn status_json_while_held_and_when_free() {
 
     let free = status(&redis, &["--key", "job", "--json"]);
     free.expect_code(0);
-    let json = free.stdout.trim();
-    assert_eq!(json_field(json, "held"), "false", "{free}");
-    assert_eq!(json_field(json, "key"), "\"redlock:job\"");
+    let json = parse_json(&free.stdout);
+    assert_eq!(json["held"], false, "{free}");
+    assert_eq!(json["key"], "redlock:job");
     for field in ["host", "pid", "ttl_ms", "fence"] {
-        assert_eq!(json_field(json, field), "null", "{field} when free: {json}");
+        assert!(json[field].is_null(), "{field} when free: {json}");
     }
 
     let mut holder = Wrapper::on(&redis, "job")
@@ -45,20 +44,29 @@ fn status_json_while_held_and_when_free() {
         .current_dir(dir.path())
         .spawn();
     holder.child_pid(&dir.path().join("started"), secs(10));
-    let fence = fs::read_to_string(dir.path().join("fence")).unwrap();
+    let fence: u64 = read_trimmed(&dir.path().join("fence")).parse().unwrap();
 
     let held = status(&redis, &["--key", "job", "--json"]);
     held.expect_code(0);
-    let json = held.stdout.trim();
-    assert_eq!(json.lines().count(), 1, "one JSON object: {json}");
-    assert_eq!(json_field(json, "held"), "true", "{held}");
-    assert_eq!(json_field(json, "foreign"), "false");
-    assert_eq!(json_field(json, "host"), format!("\"{}\"", hostname()));
-    assert_eq!(json_field(json, "pid"), holder.pid.to_string());
-    assert_eq!(json_field(json, "fence"), fence.trim());
-    let ttl: u64 = json_field(json, "ttl_ms").parse().unwrap();
+    assert_eq!(
+        held.stdout.trim().lines().count(),
+        1,
+        "one JSON object: {held}"
+    );
+    let json = parse_json(&held.stdout);
+    assert_eq!(json["held"], true, "{held}");
+    assert_eq!(json["foreign"], false);
+    assert_eq!(json["host"], hostname().as_str());
+    assert_eq!(json["pid"], holder.pid);
+    assert_eq!(json["fence"], fence);
+    let ttl = json["ttl_ms"].as_u64().expect("ttl_ms");
     assert!(ttl > 0 && ttl <= 30_000, "ttl_ms {ttl}");
-    assert!(json_field(json, "command").contains("sleep 30"), "{json}");
+    assert!(
+        json["command"]
+            .as_str()
+            .is_some_and(|c| c.contains("sleep 30")),
+        "{json}"
+    );
 
     let text = status(&redis, &["--key", "job"]);
     text.expect_code(0);
@@ -71,7 +79,7 @@ fn status_json_while_held_and_when_free() {
     holder.signal(nix::sys::signal::Signal::SIGTERM);
     holder.wait(secs(10));
     let after = status(&redis, &["--key", "job", "--json"]);
-    assert_eq!(json_field(after.stdout.trim(), "held"), "false", "{after}");
+    assert_eq!(parse_json(&after.stdout)["held"], false, "{after}");
 }
 
 #[test]
@@ -91,11 +99,11 @@ fn status_does_not_mistake_a_foreign_value_for_ours() {
     ]);
     let out = status(&redis, &["--key", "batch", "--prefix", "", "--json"]);
     out.expect_code(0);
-    let json = out.stdout.trim();
-    assert_eq!(json_field(json, "held"), "true", "{out}");
-    assert_eq!(json_field(json, "foreign"), "true", "{out}");
-    assert_eq!(json_field(json, "host"), "null", "{out}");
-    assert_eq!(json_field(json, "pid"), "null", "{out}");
+    let json = parse_json(&out.stdout);
+    assert_eq!(json["held"], true, "{out}");
+    assert_eq!(json["foreign"], true, "{out}");
+    assert!(json["host"].is_null(), "{out}");
+    assert!(json["pid"].is_null(), "{out}");
     assert_eq!(redis.get("batch").as_deref(), Some("someone-elses-token"));
 }
 
@@ -241,7 +249,7 @@ fn options_before_status_belong_to_status() {
         .args(["-r", &url, "-k", "k", "status", "--json"])
         .run();
     json.expect_code(0);
-    assert_eq!(json_field(json.stdout.trim(), "held"), "true", "{json}");
+    assert_eq!(parse_json(&json.stdout)["held"], true, "{json}");
 
     // The same option before and after `status`: the one after it wins, as in git.
     let out = Wrapper::new()
