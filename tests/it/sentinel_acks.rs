@@ -168,6 +168,14 @@ fn a_sentinel_that_refuses_to_list_replicas_is_passed_over() {
             None,
             &["ACL", "SETUSER", "su", "on", ">Su7pw3", "+@all", rule],
         );
+        if i == 0 && r.is_none() {
+            // Redis 6.2's sentinels take no subcommand rules.
+            println!(
+                "SKIPPED sentinel_acks::a_sentinel_that_refuses_to_list_replicas_is_passed_over: \
+                 this sentinel refuses ACL SETUSER ... {rule}"
+            );
+            return;
+        }
         assert_eq!(r.as_deref(), Some("OK"), "ACL SETUSER on sentinel {i}");
     }
     let ports: Vec<u16> = set.sentinels.iter().map(|s| s.port()).collect();
