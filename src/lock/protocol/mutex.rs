@@ -112,8 +112,12 @@ impl Mutex {
     /// With `keep` > 0 the lock is left to expire after `keep` instead of being deleted;
     /// `record`: the run record written with the release while the token holds (record.rs).
     pub fn release(&self, token: &str, keep: Duration, record: Option<&Finished>) -> ScriptCall {
-        self.release_call(token, keep, true)
-            .then(record::args(&self.keys, record))
+        let call = self.release_call(token, keep, true);
+        match record {
+            // 'creating' for record.lua, then the record (see ScriptCall::creating).
+            Some(_) => call.creating().then(record::args(&self.keys, record)),
+            None => call,
+        }
     }
 
     /// Give back a grant without announcing it: a grant on a minority of Redlock nodes, where

@@ -3,6 +3,9 @@
 -- the caller's token, before it deletes anything: the record is written by a holder, in the
 -- same atomic step as its release, or not at all.
 --
+-- `creating` ('1' or '0', see ScriptCall::creating): whether a record key that does not exist
+-- on this node may be created here ('0' on the node a migrating slot goes to, where the node
+-- it leaves may still have it: a key on both would stop the migration).
 -- ARGV from `first` on: last-run key, last-success key, retention ms, host, pid, program,
 -- fence, ran ms, outcome, exit code ('' when killed by a signal), signal ('' when it exited).
 -- No arguments there (a release that records nothing: the command never started, a take-back
@@ -12,10 +15,10 @@
 -- signal, outcome, fence (times in ms since 1970 on this server's clock: ended is now,
 -- started is now minus the run time the client measured on its monotonic clock); absent
 -- exit_code or signal fields mean null. The last-success copy is written only for the
--- outcome 'succeeded'. Both expire after the retention. A key this node cannot reach (a
--- migration of the slot) is left as it is: the record is best effort there, the release is
--- not.
-local function write_record(first)
+-- outcome 'succeeded'. Both expire after the retention. A key this node cannot reach or may
+-- not create (a migration of the slot), or one that holds another type, is left as it is:
+-- the record is best effort there; the release is not.
+local function write_record(first, creating)
   local run_key = ARGV[first]
   if not run_key or run_key == '' then
     return
@@ -25,6 +28,7 @@ local function write_record(first)
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local ran_ms = tonumber(ARGV[first + 7]) or 0
   local outcome = ARGV[first + 8]
+  local absent = {}
   local fields = {
     'host', ARGV[first + 3],
     'pid', ARGV[first + 4],
@@ -34,22 +38,28 @@ local function write_record(first)
     'ended_ms', string.format('%.0f', now_ms),
     'outcome', outcome,
   }
-  if ARGV[first + 9] ~= '' then
-    fields[#fields + 1] = 'exit_code'
-    fields[#fields + 1] = ARGV[first + 9]
-  end
-  if ARGV[first + 10] ~= '' then
-    fields[#fields + 1] = 'signal'
-    fields[#fields + 1] = ARGV[first + 10]
+  for i, name in ipairs({'exit_code', 'signal'}) do
+    local value = ARGV[first + 8 + i]
+    if value ~= '' then
+      fields[#fields + 1] = name
+      fields[#fields + 1] = value
+    else
+      absent[#absent + 1] = name
+    end
   end
   local targets = {run_key}
   if outcome == 'succeeded' then
     targets[2] = success_key
   end
+  -- Overwritten in place, never deleted first: on the node a migrating slot leaves, a key
+  -- that is gone can no longer be written (ASK).
   for _, key in ipairs(targets) do
-    if here(key) then
-      redis.call('DEL', key)
+    local kind = type_here(key)
+    if kind == 'hash' or (kind == 'none' and creating ~= '0') then
       redis.call('HSET', key, unpack(fields))
+      if #absent > 0 then
+        redis.call('HDEL', key, unpack(absent))
+      end
       redis.call('PEXPIRE', key, keep)
     end
   end

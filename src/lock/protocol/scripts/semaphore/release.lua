@@ -25,7 +25,7 @@ local holders_kind = type_here(holders)
 if holders_kind and holders_kind ~= 'none' and holders_kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE the key ' .. holders .. ' holds a ' .. holders_kind)
 end
-write_record(8)
+write_record(8, ARGV[7])
 if keep > 0 then
   redis.call('ZADD', lock, 'XX', string.format('%.0f', now_ms + keep), token)
   keep_for_longest_lease(lock, holders, limit_key, ARGV[6], now_ms, ARGV[7])
