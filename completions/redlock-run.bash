@@ -43,11 +43,11 @@ _redlock_run() {
     local sub=
     if ((cword > 1)); then
         case ${words[1]} in
-        status|help) sub=${words[1]} ;;
+        status|forget|help) sub=${words[1]} ;;
         esac
     fi
     if [[ $sub == help ]]; then
-        ((cword == 2)) && _redlock_run_reply -W 'status help' -- "$cur"
+        ((cword == 2)) && _redlock_run_reply -W 'status forget help' -- "$cur"
         return 0
     fi
 
@@ -58,9 +58,14 @@ _redlock_run() {
         long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
+    forget)
+        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='kr'
+        ;;
     *)
-        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --record-args --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
-        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --log-format '
+        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
+        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --log-format '
         short_values='krtwEc'
         ;;
     esac
@@ -148,9 +153,9 @@ _redlock_run() {
         compopt +o default +o bashdefault 2>/dev/null
     elif ((cword == 1)); then
         if [[ -z $cur ]]; then
-            _redlock_run_reply -W "status help $opts" -- "$cur"
+            _redlock_run_reply -W "status forget help $opts" -- "$cur"
         else
-            _redlock_run_reply -W 'status help' -- "$cur"
+            _redlock_run_reply -W 'status forget help' -- "$cur"
             ((${#COMPREPLY[@]})) || _redlock_run_reply -c -- "$cur"
         fi
     elif [[ -n $cur ]]; then

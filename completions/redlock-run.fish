@@ -15,7 +15,7 @@ function __fish_redlock_run_state
     set -e words[1]
     set -l n (count $words)
     switch "$words[1]"
-        case status
+        case status forget
             echo $words[1]
             return
         case help
@@ -31,7 +31,7 @@ function __fish_redlock_run_state
                 return
             case '--*=*'
             case '--*'
-                if contains -- $w --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --min-replicas --replica-timeout --command --log-format
+                if contains -- $w --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --log-format
                     test $i -eq $n; and echo value; and return
                     set i (math $i + 1)
                 end
@@ -73,8 +73,8 @@ end
 # The first word: the subcommands when one starts with it, else command names.
 function __fish_redlock_run_complete_first
     set -l word (string escape --style=regex -- (commandline -ct))
-    if string match -qr -- "^$word" status help
-        printf '%s\n' status\t'Tell who holds a lock: host, pid, command, age, TTL left, fence' help\t'Print this message or the help of the given subcommand(s)'
+    if string match -qr -- "^$word" status forget help
+        printf '%s\n' status\t'Tell who holds a lock: host, pid, command, age, TTL left, fence' forget\t'Clear a lock\'s run record (last run, last success), so that --once-per runs the command again in this period' help\t'Print this message or the help of the given subcommand(s)'
     else
         __fish_redlock_run_complete_command 1
     end
@@ -105,8 +105,8 @@ end
 
 complete -c redlock-run -n '__fish_redlock_run_in first' -x -a '(__fish_redlock_run_complete_first)'
 complete -c redlock-run -n '__fish_redlock_run_in command' -x -a '(__fish_redlock_run_complete_command (__fish_redlock_run_state)[2])'
-complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' help\\t\'Print this message or the help of the given subcommand(s)\''
-complete -c redlock-run -n '__fish_redlock_run_in status done' -f
+complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' forget\\t\'Clear a lock\\\'s run record (last run, last success), so that --once-per runs the command again in this period\' help\\t\'Print this message or the help of the given subcommand(s)\''
+complete -c redlock-run -n '__fish_redlock_run_in status forget done' -f
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -124,6 +124,9 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -s E -l conflic
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l grace -x -d 'SIGTERM to SIGKILL when the command must stop [default: 10s, at most ttl/3]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l max-runtime -x -d 'Stop the command after DUR (SIGTERM, SIGKILL after --grace) and exit 124'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l hold-at-least -x -d 'Keep the lock DUR after the acquire even if the command ends sooner (cron on hosts with skewed clocks)'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l once-per -x -d 'Run the command at most once per PERIOD: after acquiring, skip it (exit 0, or --done-exit-code) if the last success started in the current period. PERIOD: hour, day, week (ISO, from Monday), month (calendar, on the server\'s clock, in --timezone), or a rolling duration (6h, 90m; at most 31 days). Failed runs do not count'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l timezone -x -d 'Time zone of --once-per\'s calendar periods: an IANA name such as Europe/Berlin [default: UTC]'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l done-exit-code -x -d 'Exit code of a run that --once-per skipped'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l min-replicas -x -d 'Replicas that must acknowledge the acquire and each renewal (Redis WAIT); with Sentinel also every replica the sentinels could promote'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l replica-timeout -x -d 'How long to wait for --min-replicas acknowledgements'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s c -l command -x -d 'Run SHELL_STRING with /bin/sh -c instead of a COMMAND after --'
@@ -145,3 +148,14 @@ complete -c redlock-run -n '__fish_redlock_run_in status' -l tls-cert -r -F -d '
 complete -c redlock-run -n '__fish_redlock_run_in status' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
 complete -c redlock-run -n '__fish_redlock_run_in status' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
 complete -c redlock-run -n '__fish_redlock_run_in status' -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l password-file -r -F -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l prefix -x -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l connect-timeout -x -d 'Bound on connecting to Redis (the whole start) and on each reply'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l tls-ca-cert -r -F -d 'TLS: trust the CA certificates in FILE (PEM) instead of the system\'s'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l tls-cert -r -F -d 'TLS: present the client certificate in FILE (PEM); needs --tls-key'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -s h -l help -d 'Print help (see more with \'--help\')'

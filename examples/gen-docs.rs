@@ -843,6 +843,21 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
     )?;
     write_option_entries(w, &own)?;
 
+    let forget = cmd
+        .find_subcommand("forget")
+        .expect("the forget subcommand");
+    writeln!(w, ".SH FORGET")?;
+    writeln!(w, "{}", synopsis_form(cli::FORGET_USAGE))?;
+    if let Some(about) = forget.get_long_about().or(forget.get_about()) {
+        for paragraph in about.to_string().split("\n\n") {
+            writeln!(w, ".PP\n{}", line_guard(&escape(&sentence(paragraph))))?;
+        }
+    }
+    writeln!(
+        w,
+        ".PP\nIt takes the options of STATUS that name the lock (\\fB\\-\\-key\\fR, \\fB\\-\\-redis\\fR, \\fB\\-\\-prefix\\fR, ...), and no others."
+    )?;
+
     writeln!(w, ".SH EXAMPLES")?;
     for (comment, command) in cli::EXAMPLES {
         writeln!(

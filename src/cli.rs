@@ -19,22 +19,29 @@ pub const EXIT_BUSY: u8 = 75;
 pub const USAGE: &str = "\
 redlock-run [OPTIONS] --key <KEY> -- <COMMAND> [ARGS]...
        redlock-run [OPTIONS] --key <KEY> -c <SHELL_STRING>
-       redlock-run status [OPTIONS] --key <KEY> [--json]";
+       redlock-run status [OPTIONS] --key <KEY> [--json]
+       redlock-run forget [OPTIONS] --key <KEY>";
 
 /// The usage line of `status --help`.
 pub const STATUS_USAGE: &str = "redlock-run status [OPTIONS] --key <KEY> [--json]";
 
+/// The usage line of `forget --help`.
+pub const FORGET_USAGE: &str = "redlock-run forget [OPTIONS] --key <KEY>";
+
 /// Usage examples, shared by `--help` and the man page: (comment, command).
 pub const EXAMPLES: &[(&str, &str)] = &[
     (
-        "cron on several hosts: one host runs the batch, the others skip with exit 75",
-        "redlock-run --key settle:2024-05 --hold-at-least 1m -- ./batch.sh",
+        "cron on several hosts: the batch runs once a day; a failed run is retried by the next",
+        "redlock-run --key settle --once-per day --wait 10m -- ./batch.sh",
     ),
     (
         "CI: wait up to 10 minutes for the deploy lock, then deploy",
         "redlock-run --key deploy:prod --wait 10m -c './deploy.sh && ./smoke.sh'",
     ),
-    ("who holds it?", "redlock-run status --key deploy:prod"),
+    (
+        "who holds it, and how did its last run end?",
+        "redlock-run status --key deploy:prod",
+    ),
 ];
 
 /// The exit-code table, shared by `--help`, the man page and (by hand) the README.
@@ -131,7 +138,18 @@ pub enum Sub {
     /// reached.
     #[command(override_usage = STATUS_USAGE)]
     Status(StatusArgs),
+    /// Clear a lock's run record (last run, last success), so that --once-per runs the
+    /// command again in this period.
+    ///
+    /// The lock itself is left alone. Exits 0 whether there was a record or not, 69 when
+    /// Redis (on Redlock: any of the masters) cannot be reached.
+    #[command(override_usage = FORGET_USAGE)]
+    Forget(ForgetArgs),
 }
+
+/// `forget` has no options of its own: the lock is named by the global ones.
+#[derive(Debug, Args)]
+pub struct ForgetArgs {}
 
 /// `status`'s own options. Those of [`ConnArgs`] are global: given before `status` (as
 /// `alias rl='redlock-run --redis R'` does) or after it, and `Cli::conn` has them either way.
@@ -279,6 +297,34 @@ pub struct RunArgs {
           help_heading = "Lease")]
     pub hold_at_least: Option<Duration>,
 
+    /// Run the command at most once per PERIOD: after acquiring, skip it (exit 0, or
+    /// --done-exit-code) if the last success started in the current period. PERIOD: hour,
+    /// day, week (ISO, from Monday), month (calendar, on the server's clock, in --timezone),
+    /// or a rolling duration (6h, 90m; at most 31 days). Failed runs do not count.
+    #[arg(long, env = "REDLOCK_ONCE_PER", value_name = "PERIOD", value_parser = parse_period,
+          help_heading = "Run record")]
+    pub once_per: Option<Period>,
+
+    /// Time zone of --once-per's calendar periods: an IANA name such as Europe/Berlin
+    /// [default: UTC].
+    #[arg(
+        long,
+        env = "REDLOCK_TIMEZONE",
+        value_name = "TZ",
+        help_heading = "Run record"
+    )]
+    pub timezone: Option<String>,
+
+    /// Exit code of a run that --once-per skipped.
+    #[arg(
+        long,
+        env = "REDLOCK_DONE_EXIT_CODE",
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Run record"
+    )]
+    pub done_exit_code: u8,
+
     /// Replicas that must acknowledge the acquire and each renewal (Redis WAIT); with Sentinel
     /// also every replica the sentinels could promote.
     #[arg(
@@ -357,6 +403,46 @@ pub enum LogFormat {
     Text,
     /// One JSON object a line.
     Json,
+}
+
+/// `--once-per`: a calendar period on the server's clock, or a rolling duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Period {
+    Hour,
+    Day,
+    /// ISO week: from Monday 00:00.
+    Week,
+    Month,
+    /// The last DUR up to now.
+    Rolling(Duration),
+}
+
+/// The longest rolling `--once-per` duration: a run record is kept 40 days (record.rs).
+pub const LONGEST_ROLLING_PERIOD: Duration = Duration::from_secs(31 * 24 * 3600);
+
+fn parse_period(s: &str) -> Result<Period, String> {
+    let period = match s.trim().to_ascii_lowercase().as_str() {
+        "hour" | "hourly" => Period::Hour,
+        "day" | "daily" => Period::Day,
+        "week" | "weekly" => Period::Week,
+        "month" | "monthly" => Period::Month,
+        other => {
+            let d = parse_duration(other).map_err(|_| {
+                "use hour, day, week, month or a duration such as 6h or 90m".to_owned()
+            })?;
+            if d < Duration::from_secs(1) {
+                return Err("a rolling period must be at least 1s".to_owned());
+            }
+            if d > LONGEST_ROLLING_PERIOD {
+                return Err(
+                    "a rolling period can be at most 31 days (use month for a calendar month)"
+                        .to_owned(),
+                );
+            }
+            Period::Rolling(d)
+        }
+    };
+    Ok(period)
 }
 
 /// How long to wait for a busy lock.
@@ -491,6 +577,7 @@ mod tests {
             "Lease:",
             "Busy lock:",
             "Command:",
+            "Run record:",
             "Messages:",
         ] {
             assert!(
@@ -514,6 +601,25 @@ mod tests {
             assert_eq!(parse_switch(off), Ok(false), "{off}");
         }
         assert!(parse_switch("maybe").is_err());
+    }
+
+    #[test]
+    fn periods_are_calendar_names_or_bounded_durations() {
+        assert_eq!(parse_period("day"), Ok(Period::Day));
+        assert_eq!(parse_period(" Week "), Ok(Period::Week));
+        assert_eq!(parse_period("hour"), Ok(Period::Hour));
+        assert_eq!(parse_period("month"), Ok(Period::Month));
+        assert_eq!(
+            parse_period("6h"),
+            Ok(Period::Rolling(Duration::from_secs(6 * 3600)))
+        );
+        assert_eq!(
+            parse_period("90m"),
+            Ok(Period::Rolling(Duration::from_secs(90 * 60)))
+        );
+        for bad in ["fortnight", "", "0", "500ms", "32 days", "-1h"] {
+            assert!(parse_period(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

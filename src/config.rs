@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::cli::{ConnArgs, RunArgs, Wait};
+use crate::cli::{ConnArgs, Period, RunArgs, Wait};
 use crate::lease;
 use crate::lock::target::{self, Endpoint, Target, TargetError, Tls};
 use crate::lock::{self, ReplicaAck};
@@ -57,6 +57,18 @@ pub struct RunConfig {
     /// `--min-replicas` and `--replica-timeout`, when replicas must acknowledge.
     pub replicas: Option<ReplicaAck>,
     pub command: Command,
+    /// `--once-per` with its time zone: skip the command when it already succeeded in the
+    /// current period.
+    pub once_per: Option<OncePer>,
+    /// Exit code of a run that `--once-per` skipped.
+    pub done_exit_code: u8,
+}
+
+/// `--once-per PERIOD` in `--timezone`.
+#[derive(Debug, Clone)]
+pub struct OncePer {
+    pub period: Period,
+    pub zone: jiff::tz::TimeZone,
 }
 
 /// The child to spawn.
@@ -259,6 +271,13 @@ impl RunConfig {
                 run.limit
             )));
         }
+        if run.timezone.is_some() && run.once_per.is_none() {
+            return Err(usage(
+                "--timezone applies only to --once-per's calendar periods; give --once-per too",
+            ));
+        }
+        let zone = crate::period::zone(run.timezone.as_deref()).map_err(usage)?;
+        let once_per = run.once_per.map(|period| OncePer { period, zone });
         let mut target = target_from_args(conn)?;
         target.limit = run.limit;
         if matches!(target.endpoint, Endpoint::Quorum(_)) {
@@ -290,6 +309,8 @@ impl RunConfig {
                 timeout: run.replica_timeout,
             }),
             command,
+            once_per,
+            done_exit_code: run.done_exit_code,
         })
     }
 }

@@ -26,6 +26,9 @@ pub enum Ending {
     Ran(ChildEnd),
     /// The lock stayed busy; carries the configured conflict code.
     Busy(u8),
+    /// `--once-per`: the command already succeeded in this period and was not run; carries
+    /// `--done-exit-code`.
+    Done(u8),
     /// The lock was lost (or could not be confirmed) while the command ran.
     Lost,
     /// Redis could not be reached or refused the request.
@@ -85,7 +88,7 @@ impl Ending {
     pub fn code(self) -> u8 {
         match self {
             Ending::Ran(end) => end.code(),
-            Ending::Busy(code) => code,
+            Ending::Busy(code) | Ending::Done(code) => code,
             Ending::Lost => LOST,
             Ending::Unavailable => UNAVAILABLE,
             Ending::MaxRuntime => MAX_RUNTIME,

@@ -9,9 +9,11 @@
 //! main.rs, lib.rs  parse, run, exit (by the command's own signal when it died by one)
 //! supervise/       the supervisor: acquire and wait, hold, lease keeper, stopper, outcome,
 //!                  backoff, messages; every change of the lock's state happens there
-//! status.rs        the `status` subcommand
+//! status.rs        the `status` and `forget` subcommands (the lock and its run record)
 //! process/         the command as processes: group, cgroup, whole tree, signals, terminal
 //! config.rs        flags and environment -> checked settings, before anything runs
+//! period.rs        --once-per: where the current period began (calendar or rolling, in a
+//!                  time zone, on the server's clock)
 //! report/          stderr messages, text or JSON, from a writer thread of their own
 //! lock/            the contract the supervisor drives (contract.rs), Redis failures, token
 //!   target/        what --redis names: URL forms, TLS files, Target/Endpoint
@@ -30,6 +32,7 @@ mod config;
 mod exit;
 mod lease;
 mod lock;
+mod period;
 mod process;
 mod report;
 mod status;
@@ -146,6 +149,24 @@ fn parse_and_run() -> End {
             );
             exit::USAGE.into()
         }
+        Some(Sub::Forget(_)) if cli.run.shell.is_some() || !cli.run.command.is_empty() => {
+            report.error(
+                "usage",
+                "error: forget runs no command: drop -c, or put -- before a program named forget",
+            );
+            exit::USAGE.into()
+        }
+        Some(Sub::Forget(_)) => match config::target_from_args(&cli.conn) {
+            Ok(target) => {
+                let report = report.with_key(&target.key);
+                warn_about(&target, &report);
+                runtime
+                    .block_on(status::forget(&target, &report))
+                    .code()
+                    .into()
+            }
+            Err(e) => usage_error(&report, &e).code().into(),
+        },
         Some(Sub::Status(args)) => match config::target_from_args(&cli.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);

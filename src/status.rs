@@ -1,4 +1,5 @@
-//! `redlock-run status`: who holds a lock. Read-only: never writes to Redis.
+//! `redlock-run status`: who holds a lock, and how its last run and last success ended.
+//! Read-only: never writes to Redis. Also `redlock-run forget`, which clears that record.
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
@@ -8,7 +9,7 @@ use serde::Serialize;
 
 use crate::exit::{ChildEnd, Ending};
 use crate::lock::target::Target;
-use crate::lock::{self, Lock, Status};
+use crate::lock::{self, Lock, Records, RunRecord, Status};
 use crate::report::Reporter;
 
 pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
@@ -29,6 +30,7 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
                 // (Redlock) each node.
                 std::iter::once(to_text(&target.key, &status))
                     .chain(nodes_text(&status))
+                    .chain(records_text(&status.records))
                     .map(|line| crate::report::one_line(&line).into_owned())
                     .collect::<Vec<_>>()
                     .join("\n")
@@ -59,6 +61,32 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
                 ),
             );
             Ending::Unavailable
+        }
+        Err(e) => {
+            report.error("unavailable", &e);
+            Ending::Unavailable
+        }
+    }
+}
+
+/// `redlock-run forget`: clear the run record. The lock is left alone.
+pub async fn forget(target: &Target, report: &Reporter) -> Ending {
+    let lock = match lock::open(target, None, target.timeout).await {
+        Ok(lock) => lock,
+        Err(e) => {
+            report.error("unavailable", &e);
+            return Ending::Unavailable;
+        }
+    };
+    match lock.forget(target.timeout).await {
+        Ok(existed) => {
+            let what = if existed > 0 {
+                "forgot the run record of"
+            } else {
+                "no run record was kept for"
+            };
+            report.info("forgot", format_args!("{what} {}", target.key));
+            Ending::Ran(ChildEnd::Exited(0))
         }
         Err(e) => {
             report.error("unavailable", &e);
@@ -170,6 +198,61 @@ fn permits_text(key: &str, limit: u32, s: &Status) -> String {
     out
 }
 
+/// The run record, one line each (none when there is no record).
+fn records_text(r: &Records) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(run) = &r.last_run {
+        out.push(format!("  last run: {}", record_text(run, r.now_ms)));
+    }
+    match &r.last_success {
+        Some(ok) => out.push(format!("  last success: {}", record_text(ok, r.now_ms))),
+        None if r.last_run.is_some() => out.push("  last success: none recorded".to_owned()),
+        None => {}
+    }
+    out
+}
+
+/// `succeeded at 2026-05-02T03:00:00Z (2h ago), took 4s, on web1 pid 7, fence 9, program: x`
+fn record_text(r: &RunRecord, now_ms: Option<u64>) -> String {
+    let mut out = r.outcome.clone();
+    match (r.exit_code, r.signal) {
+        (Some(code), _) => {
+            let _ = write!(out, " (exit {code})");
+        }
+        (None, Some(sig)) => {
+            let _ = write!(out, " (signal {sig})");
+        }
+        _ => {}
+    }
+    let at = UNIX_EPOCH + Duration::from_millis(r.started_ms);
+    let _ = write!(out, ", started {}", humantime::format_rfc3339_seconds(at));
+    let now = now_ms.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
+    });
+    let ago = Duration::from_secs(now.saturating_sub(r.ended_ms) / 1000);
+    let _ = write!(
+        out,
+        ", ended {} ago, took {}",
+        humantime::format_duration(ago),
+        humantime::format_duration(Duration::from_millis(r.duration_ms()))
+    );
+    if let Some(host) = &r.host {
+        let _ = write!(out, ", on {host}");
+        if let Some(pid) = r.pid {
+            let _ = write!(out, " pid {pid}");
+        }
+    }
+    if let Some(fence) = r.fence {
+        let _ = write!(out, ", fence {fence}");
+    }
+    if let Some(program) = &r.program {
+        let _ = write!(out, ", program: {program}");
+    }
+    out
+}
+
 /// Redlock: one line a node, after the quorum's view.
 fn nodes_text(s: &Status) -> Vec<String> {
     s.nodes
@@ -215,9 +298,46 @@ struct StatusJson<'a> {
     limit: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     holders: Option<Vec<PermitJson<'a>>>,
+    /// The run record (`null` when none is kept); read without taking the lock.
+    last_run: Option<RecordJson<'a>>,
+    last_success: Option<RecordJson<'a>>,
     /// Redlock: each node's view (left out for one server).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     nodes: Vec<NodeJson<'a>>,
+}
+
+/// One run record in `status --json`.
+#[derive(Serialize)]
+struct RecordJson<'a> {
+    host: Option<&'a str>,
+    pid: Option<u32>,
+    program: Option<&'a str>,
+    started_at: String,
+    ended_at: String,
+    duration_ms: u64,
+    /// `null` when the command was killed by a signal.
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    outcome: &'a str,
+    fence: Option<u64>,
+}
+
+fn record_json(r: &RunRecord) -> RecordJson<'_> {
+    let rfc3339 = |ms: u64| {
+        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+    };
+    RecordJson {
+        host: r.host.as_deref(),
+        pid: r.pid,
+        program: r.program.as_deref(),
+        started_at: rfc3339(r.started_ms),
+        ended_at: rfc3339(r.ended_ms),
+        duration_ms: r.duration_ms(),
+        exit_code: r.exit_code,
+        signal: r.signal,
+        outcome: &r.outcome,
+        fence: r.fence,
+    }
 }
 
 #[derive(Serialize)]
@@ -273,6 +393,8 @@ fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
                 })
                 .collect()
         }),
+        last_run: s.records.last_run.as_ref().map(record_json),
+        last_success: s.records.last_success.as_ref().map(record_json),
         nodes: s
             .nodes
             .iter()
@@ -295,7 +417,7 @@ mod tests {
             to_json("redlock:k", &Status::default()),
             "{\"held\":false,\"foreign\":false,\"key\":\"redlock:k\",\"host\":null,\"pid\":null,\
              \"command\":null,\"acquired_ms\":null,\"ttl_ms\":null,\"fence\":null,\
-             \"queued\":0,\"queue_head\":null}"
+             \"queued\":0,\"queue_head\":null,\"last_run\":null,\"last_success\":null}"
         );
         assert_eq!(to_text("redlock:k", &Status::default()), "redlock:k: free");
     }
@@ -330,6 +452,6 @@ mod tests {
             "{}",
             to_text("k", &queued)
         );
-        assert!(to_json("k", &queued).ends_with(",\"queued\":2,\"queue_head\":\"web2 8\"}"));
+        assert!(to_json("k", &queued).contains(",\"queued\":2,\"queue_head\":\"web2 8\","));
     }
 }

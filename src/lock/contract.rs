@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt};
 
 use super::error::RedisFailure;
+use super::protocol::record::{Finished, Records};
 use super::token::Token;
 use crate::lease::Stamp;
 
@@ -60,11 +61,13 @@ pub trait Lock {
     ) -> Result<Renewal, RedisFailure>;
 
     /// Release if ours, within `within`. With `keep` > 0 the lock is left to expire after
-    /// `keep` instead.
+    /// `keep` instead. `record`: the run record, written in the same step on every server
+    /// where the token still holds the lock, and nowhere else.
     async fn release(
         &self,
         token: &Token,
         keep: Duration,
+        record: Option<&Finished>,
         within: Duration,
     ) -> Result<Released, RedisFailure>;
 
@@ -72,8 +75,12 @@ pub trait Lock {
     /// none or they could not be set up (waiting then polls alone).
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices>;
 
-    /// Who holds the lock now. Read-only.
+    /// Who holds the lock now, and its run record. Read-only.
     async fn status(&self) -> Result<Status, RedisFailure>;
+
+    /// Clear the run record (`forget`), on every server, within `within`; the lock itself is
+    /// left alone. Returns how many record keys existed (the most any server had).
+    async fn forget(&self, within: Duration) -> Result<u64, RedisFailure>;
 
     /// A waiter that gives up leaves the queue now (best effort, within `within`): a place
     /// left behind would make the others wait until it expires.
@@ -180,6 +187,9 @@ pub struct Status {
     /// Redlock: what each node says, in `--redis` order (empty for one server). The fields
     /// above are then the quorum's view.
     pub nodes: Vec<NodeStatus>,
+    /// The run record (last run, last success) and the server's clock; on Redlock the
+    /// newest record by fence among the nodes that answered.
+    pub records: Records,
 }
 
 /// One Redlock node's answer to `status`.

@@ -103,6 +103,13 @@ impl Reporter {
         }
     }
 
+    /// `--once-per` skipped the command: one line, silent under --quiet.
+    pub fn skipped(&self, msg: impl Display) {
+        if !self.quiet {
+            self.emit(Level::Info, "skipped", &msg.to_string());
+        }
+    }
+
     /// Worth a line even without --verbose (the start of a wait in a CI log); silent under
     /// --quiet, and left to the live line on a terminal.
     pub fn notice(&self, event: &str, msg: impl Display) {

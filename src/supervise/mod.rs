@@ -10,7 +10,9 @@
 //!    and says when the lease can no longer be trusted, a [`stopper::Stopper`] stops the
 //!    command (SIGTERM, then SIGKILL).
 //! 3. `release` (here), exactly once for every run that held the lock, on every path; it
-//!    keeps the lock for `--hold-at-least` only if the command actually ran.
+//!    keeps the lock for `--hold-at-least` only if the command actually ran, and writes the
+//!    run record ([`once`]) for a command that started. With `--once-per`, a run whose
+//!    command already succeeded in this period releases right after the acquire instead.
 //! 4. The run's [`Outcome`] is reported ([`messages`]), and [`exit_for`] (a pure function,
 //!    in [`outcome`]) turns it into the exit code.
 //!
@@ -21,6 +23,7 @@ mod backoff;
 mod hold;
 mod keeper;
 mod messages;
+mod once;
 mod outcome;
 mod shared;
 mod stopper;
@@ -30,7 +33,7 @@ use std::time::Duration;
 use crate::config::RunConfig;
 use crate::exit::{ChildEnd, Ending};
 use crate::lease::Stamp;
-use crate::lock::{self, Lock, Released, Token};
+use crate::lock::{self, Finished, Lock, Released, Token};
 use crate::process::{Signals, Tree};
 use crate::report::Reporter;
 
@@ -110,9 +113,36 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
             show_ms(held.waited)
         ),
     );
+    // --once-per: with the lock held, the last success decides (once.rs).
+    if let Some(once) = &cfg.once_per {
+        let done = run.done_already(once).await;
+        if !matches!(done, Ok(None)) {
+            let _ = run.release(&held.token, Duration::ZERO, false, None).await;
+        }
+        match done {
+            Ok(None) => {}
+            Ok(Some((last, now_ms))) => {
+                report.skipped(once::skipped_text(lock.name(), once, &last, now_ms));
+                return (Outcome::NotHeld(Ending::Done(cfg.done_exit_code)), false);
+            }
+            Err(e) => {
+                report.error(
+                    "unavailable",
+                    format_args!(
+                        "could not read the run record of {} for --once-per ({e}); not running \
+                         the command",
+                        lock.name()
+                    ),
+                );
+                return (Outcome::NotHeld(Ending::Unavailable), false);
+            }
+        }
+    }
     let tree = tree.unwrap_or_else(Tree::new);
+    let spawned = Stamp::now();
     let held_end = run.hold(&held.token, &held, tree, &mut signals).await;
     let under = held_end.under;
+    let record = once::finished(cfg, &under, held.fence, Stamp::now().since(spawned));
 
     // The one release. --hold-at-least keeps the lock only after a command that ran: a
     // command that never started must not make the other hosts skip the job.
@@ -130,7 +160,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     };
     // Nothing of the command runs any more; its cgroup is removed while the release is on its
     // way.
-    let releasing = run.release(&held.token, keep, under.lease_lost());
+    let releasing = run.release(&held.token, keep, under.lease_lost(), record.as_ref());
     let release = beside(releasing, || drop(held_end.emptied)).await;
     let outcome = Outcome::Held { under, release };
     tell(cfg, lock.name(), &outcome, keep, report);
@@ -139,15 +169,21 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
 
 impl<L: Lock> Run<'_, L> {
     /// The one release; `lost`: the lease is known to be gone, so the release can only tidy
-    /// up.
-    async fn release(self, token: &Token, keep: Duration, lost: bool) -> ReleaseResult {
+    /// up. `record`: the run record, written with the release while the token holds.
+    async fn release(
+        self,
+        token: &Token,
+        keep: Duration,
+        lost: bool,
+        record: Option<&Finished>,
+    ) -> ReleaseResult {
         let Run { cfg, lock, report } = self;
         let within = if lost {
             cfg.target.timeout.min(RELEASE_AFTER_LOSS)
         } else {
             cfg.target.timeout
         };
-        match lock.release(token, keep, within).await {
+        match lock.release(token, keep, record, within).await {
             Ok(Released::Released) => ReleaseResult::Released,
             Ok(Released::HeldByOther) => ReleaseResult::HeldByOther,
             Ok(Released::Gone) => ReleaseResult::Gone,

@@ -27,6 +27,11 @@
 //!   replica, ACL without EVAL (exit 69); a flushed script cache (EVAL, never SCRIPT LOAD).
 //! - `secrets`: no message shows any part of a password, whatever the URL holds.
 //! - `status`: the `status` subcommand, text and JSON.
+//! - `run_record`: issue 22: the run record written with the release (success, failure,
+//!   signal, max-runtime; nothing from a run that lost its lock), `status` of the last run
+//!   and last success, `--once-per` (a skip, a failure does not count, five waiters run once,
+//!   a calendar day boundary in two zones), `forget`, `--limit`, `--hold-at-least`, and on
+//!   Sentinel, Cluster and Redlock (the newest record by fence).
 //! - `split_keys`: a lock's keys split between the two nodes of a stalled slot migration for
 //!   longer than a lease (a lost `--limit` key is written again by the next renewal), and a
 //!   slot moved key by key there and back under contention.
@@ -92,6 +97,7 @@ mod queue_faults;
 mod quorum;
 mod redis_errors;
 mod replicas;
+mod run_record;
 mod secrets;
 mod sentinel;
 mod sentinel_acks;

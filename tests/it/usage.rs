@@ -136,6 +136,44 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
             vec!["--redis", &url, "--key", "k", "-E", "256"],
         ),
         (
+            "bad --once-per period",
+            vec!["--redis", &url, "--key", "k", "--once-per", "fortnight"],
+        ),
+        (
+            "--once-per longer than the record is kept",
+            vec!["--redis", &url, "--key", "k", "--once-per", "40 days"],
+        ),
+        (
+            "unknown --timezone",
+            vec![
+                "--redis",
+                &url,
+                "--key",
+                "k",
+                "--once-per",
+                "day",
+                "--timezone",
+                "Mars/Olympus_Mons",
+            ],
+        ),
+        (
+            "--timezone without --once-per",
+            vec!["--redis", &url, "--key", "k", "--timezone", "UTC"],
+        ),
+        (
+            "done exit code 256",
+            vec![
+                "--redis",
+                &url,
+                "--key",
+                "k",
+                "--once-per",
+                "day",
+                "--done-exit-code",
+                "256",
+            ],
+        ),
+        (
             "unparsable url",
             vec!["--redis", "::not a url::", "--key", "k"],
         ),

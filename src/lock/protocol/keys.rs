@@ -2,8 +2,8 @@
 //!
 //! Two things must hold for every lock name `L` (the prefix included):
 //!
-//! 1. **Same slot.** The companions (fence counter, holder info, release channel) sit in `L`'s
-//!    Redis Cluster slot, or one script could not touch them together.
+//! 1. **Same slot.** The companions (fence counter, holder info, release channel, run record)
+//!    sit in `L`'s Redis Cluster slot, or one script could not touch them together.
 //!    - `L` with a hash tag (`{...}` with something inside) is hashed by that tag, so any
 //!      suffix keeps the slot: the companions are `L::NAME`.
 //!    - `L` without one is hashed whole, so the companions wrap it in braces: `{L}:NAME`
@@ -33,6 +33,8 @@ pub const COMPANIONS: &[&str] = &[
     "queue-expiry",
     "holders",
     "limit",
+    "last-run",
+    "last-success",
 ];
 
 /// The Redis keys of one lock.
@@ -58,6 +60,12 @@ pub struct Keys {
     pub holders: String,
     /// `--limit`: the limit all holders of this lock use, kept as long as the holders.
     pub limit: String,
+    /// The run record: how the last run that released the lock ended (a hash, see
+    /// `record.rs`), kept for the record retention.
+    pub last_run: String,
+    /// The same record of the last run that succeeded, kept apart so that a failure does
+    /// not hide when the job last worked.
+    pub last_success: String,
 }
 
 /// Why a lock name cannot be used.
@@ -100,6 +108,8 @@ impl Keys {
             queue_expiry: companion("queue-expiry"),
             holders: companion("holders"),
             limit: companion("limit"),
+            last_run: companion("last-run"),
+            last_success: companion("last-success"),
         })
     }
 }
@@ -154,7 +164,7 @@ mod tests {
 
     /// The part of a key Redis Cluster hashes: the tag if there is one, else the whole key.
     /// The lock key and every companion.
-    fn all(k: &Keys) -> [&String; 9] {
+    fn all(k: &Keys) -> [&String; 11] {
         [
             &k.lock,
             &k.fence,
@@ -165,6 +175,8 @@ mod tests {
             &k.queue_expiry,
             &k.holders,
             &k.limit,
+            &k.last_run,
+            &k.last_success,
         ]
     }
 
@@ -185,6 +197,8 @@ mod tests {
         assert_eq!(k.fence, "{redlock:settle:2024-05}:fence");
         assert_eq!(k.holder, "{redlock:settle:2024-05}:holder");
         assert_eq!(k.released, "{redlock:settle:2024-05}:released");
+        assert_eq!(k.last_run, "{redlock:settle:2024-05}:last-run");
+        assert_eq!(k.last_success, "{redlock:settle:2024-05}:last-success");
     }
 
     #[test]

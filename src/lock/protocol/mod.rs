@@ -8,6 +8,8 @@
 //!   end; same companions, same reply shapes.
 //! - `status`: one read-only pipeline that reads either of them.
 //! - `keys`: the naming rule for a lock key and its companions.
+//! - `record`: the run record beside the lock (last run, last success), written by the
+//!   release scripts, read with `status`, cleared by `forget`.
 //!
 //! [`Protocol`] is what a topology holds: the mutex or the semaphore, chosen by `--limit`.
 //!
@@ -36,6 +38,7 @@
 
 pub mod keys;
 pub mod mutex;
+pub mod record;
 mod script;
 pub mod semaphore;
 pub mod status;
@@ -46,6 +49,7 @@ pub use script::ScriptCall;
 
 use keys::{BadName, Keys};
 use mutex::Mutex;
+use record::Finished;
 use semaphore::Semaphore;
 
 use crate::lock::HolderInfo;
@@ -90,11 +94,16 @@ impl Protocol {
         }
     }
 
-    pub fn release(&self, token: &str, keep: Duration) -> ScriptCall {
+    pub fn release(&self, token: &str, keep: Duration, record: Option<&Finished>) -> ScriptCall {
         match self {
-            Protocol::Mutex(m) => m.release(token, keep),
-            Protocol::Semaphore(s) => s.release(token, keep),
+            Protocol::Mutex(m) => m.release(token, keep, record),
+            Protocol::Semaphore(s) => s.release(token, keep, record),
         }
+    }
+
+    /// `forget`: clear the run record (record.rs).
+    pub fn forget(&self) -> ScriptCall {
+        record::forget(self.keys())
     }
 
     pub fn cancel(&self, token: &str) -> ScriptCall {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::keys::{BadName, Keys};
+use super::record::{self, Finished};
 use super::script::{Lua, ScriptCall};
 use crate::lock::{Holder, HolderInfo, Released, Waiter};
 
@@ -33,6 +34,7 @@ static RENEW: Lua = Lua::new(concat!(
 static RELEASE: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
     include_str!("scripts/wake.lua"),
+    include_str!("scripts/record.lua"),
     include_str!("scripts/release.lua")
 ));
 static CANCEL: Lua = Lua::new(concat!(
@@ -107,9 +109,15 @@ impl Mutex {
         )
     }
 
-    /// With `keep` > 0 the lock is left to expire after `keep` instead of being deleted.
-    pub fn release(&self, token: &str, keep: Duration) -> ScriptCall {
-        self.release_call(token, keep, true)
+    /// With `keep` > 0 the lock is left to expire after `keep` instead of being deleted;
+    /// `record`: the run record written with the release while the token holds (record.rs).
+    pub fn release(&self, token: &str, keep: Duration, record: Option<&Finished>) -> ScriptCall {
+        let call = self.release_call(token, keep, true);
+        match record {
+            // 'creating' for record.lua, then the record (see ScriptCall::creating).
+            Some(_) => call.creating().then(record::args(&self.keys, record)),
+            None => call,
+        }
     }
 
     /// Give back a grant without announcing it: a grant on a minority of Redlock nodes, where
@@ -377,7 +385,7 @@ mod tests {
     #[test]
     fn calls_name_their_keys_and_arguments() {
         let m = Mutex::new("redlock:k").unwrap();
-        let call = m.release("tok", Duration::from_millis(1500));
+        let call = m.release("tok", Duration::from_millis(1500), None);
         assert_eq!(call.key(), "redlock:k");
         let packed = String::from_utf8(call.eval().get_packed_command()).unwrap();
         for part in ["EVAL", "redlock:k", "{redlock:k}:holder", "tok", "1500"] {

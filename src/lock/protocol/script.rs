@@ -62,6 +62,12 @@ impl ScriptCall {
         self
     }
 
+    /// `more` arguments after all others (the run record's, `record.rs`).
+    pub fn then(mut self, more: Vec<String>) -> ScriptCall {
+        self.args.extend(more);
+        self
+    }
+
     /// This call as sent to the node a migrating slot goes to: see [`ScriptCall::creating`].
     pub fn on_importing_node(&self) -> ScriptCall {
         let mut call = self.clone();

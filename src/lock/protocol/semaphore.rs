@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::keys::Keys;
 use super::mutex::{CANCEL_KEEP, acquire_args, millis};
+use super::record::{self, Finished};
 use super::script::{Lua, ScriptCall};
 use crate::lock::HolderInfo;
 
@@ -29,6 +30,7 @@ static RENEW: Lua = Lua::new(concat!(
 static RELEASE: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
     include_str!("scripts/semaphore/permits.lua"),
+    include_str!("scripts/record.lua"),
     include_str!("scripts/semaphore/release.lua")
 ));
 static CANCEL: Lua = Lua::new(concat!(
@@ -82,7 +84,7 @@ impl Semaphore {
         .creating()
     }
 
-    pub fn release(&self, token: &str, keep: Duration) -> ScriptCall {
+    pub fn release(&self, token: &str, keep: Duration, record: Option<&Finished>) -> ScriptCall {
         let k = &self.keys;
         ScriptCall::new(
             &RELEASE,
@@ -95,6 +97,7 @@ impl Semaphore {
             ],
         )
         .creating()
+        .then(record::args(k, record))
     }
 
     pub fn cancel(&self, token: &str) -> ScriptCall {

@@ -5,6 +5,7 @@ use redis::Value;
 
 use super::keys::Keys;
 use super::mutex::text;
+use super::record::{self, Records};
 use crate::lock::{Permit, Status};
 
 // Where each reply sits in the pipeline.
@@ -19,6 +20,8 @@ const PERMITS: usize = 7;
 const HOLDERS: usize = 8;
 const LIMIT: usize = 9;
 const TIME: usize = 10;
+const LAST_RUN: usize = 11;
+const LAST_SUCCESS: usize = 12;
 
 /// The read-only pipeline. Replies that do not fit the key's type (GET on a sorted set) come
 /// back as error values and are ignored; see [`parse`].
@@ -39,6 +42,8 @@ pub fn pipeline(k: &Keys) -> redis::Pipeline {
     pipe.cmd("HGETALL").arg(&k.holders);
     pipe.cmd("GET").arg(&k.limit);
     pipe.cmd("TIME");
+    pipe.cmd("HGETALL").arg(&k.last_run);
+    pipe.cmd("HGETALL").arg(&k.last_success);
     pipe.ignore_errors();
     pipe
 }
@@ -74,8 +79,26 @@ pub fn parse(replies: &[Value]) -> Result<Option<Status>, &Value> {
             .into_iter()
             .next()
             .map(|w| waiter_shown(&w));
+        s.records = records(replies);
         s
     }))
+}
+
+/// The run records and the server's clock (a record that is no hash reads as none).
+fn records(replies: &[Value]) -> Records {
+    let time = strings(replies.get(TIME));
+    let now_ms = match (
+        time.first().and_then(|s| s.parse::<u64>().ok()),
+        time.get(1).and_then(|s| s.parse::<u64>().ok()),
+    ) {
+        (Some(secs), Some(micros)) => Some(secs * 1000 + micros / 1000),
+        _ => None,
+    };
+    Records {
+        now_ms,
+        last_run: record::parse(&pairs(replies.get(LAST_RUN))),
+        last_success: record::parse(&pairs(replies.get(LAST_SUCCESS))),
+    }
 }
 
 fn mutex(replies: &[Value]) -> Option<Status> {

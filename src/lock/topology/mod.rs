@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use crate::lock::target::{Endpoint, Target};
 use crate::lock::{
-    Attempt, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck, Status,
-    Token,
+    Attempt, Finished, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal,
+    ReplicaAck, Status, Token,
 };
 use cluster::Cluster;
 use one_master::OneMaster;
@@ -105,9 +105,10 @@ impl Lock for Backend {
         &self,
         token: &Token,
         keep: Duration,
+        record: Option<&Finished>,
         within: Duration,
     ) -> Result<Released, RedisFailure> {
-        each!(self, b => b.release(token, keep, within).await)
+        each!(self, b => b.release(token, keep, record, within).await)
     }
 
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
@@ -120,5 +121,9 @@ impl Lock for Backend {
 
     async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {
         each!(self, b => b.leave_queue(holder, within).await)
+    }
+
+    async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {
+        each!(self, b => b.forget(within).await)
     }
 }

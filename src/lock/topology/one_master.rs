@@ -30,8 +30,8 @@ use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::protocol::{Protocol, ScriptCall};
 use crate::lock::target::Target;
 use crate::lock::{
-    Attempt, Grant, Holder, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal,
-    ReplicaAck, Status, Token,
+    Attempt, Finished, Grant, Holder, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released,
+    Renewal, ReplicaAck, Status, Token,
 };
 
 /// How calls reach the master that holds the lock's slot now, each within its bound. A route
@@ -245,9 +245,10 @@ impl<R: Route> Lock for OneMaster<R> {
         &self,
         token: &Token,
         keep: Duration,
+        record: Option<&Finished>,
         within: Duration,
     ) -> Result<Released, RedisFailure> {
-        let call = self.protocol.release(&token.as_str(), keep);
+        let call = self.protocol.release(&token.as_str(), keep, record);
         let answered = self.route.script(&call, None, "release", within).await?;
         mutex::parse_release(&answered.reply.value).ok_or_else(|| unexpected(&answered, "release"))
     }
@@ -274,5 +275,14 @@ impl<R: Route> Lock for OneMaster<R> {
             .read(&self.protocol.status(), "status", self.timeout)
             .await?;
         read_status(answered.reply, &answered.by)
+    }
+
+    async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {
+        let call = self.protocol.forget();
+        let answered = self.route.script(&call, None, "forget", within).await?;
+        match answered.reply.value {
+            Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
+            _ => Err(unexpected(&answered, "forget")),
+        }
     }
 }

@@ -36,10 +36,10 @@ use super::server::Server;
 use super::shared::{UNDO_AT_LEAST, named, read_status};
 use crate::lease::{self, Stamp};
 use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
-use crate::lock::protocol::{ScriptCall, status};
+use crate::lock::protocol::{ScriptCall, record, status};
 use crate::lock::target::{QuorumNodes, Target};
 use crate::lock::{
-    Attempt, FailureKind, Grant, Holder, HolderInfo, Lock, NodeStatus, RedisFailure,
+    Attempt, FailureKind, Finished, Grant, Holder, HolderInfo, Lock, NodeStatus, RedisFailure,
     ReleaseNotices, Released, Renewal, Status, Token,
 };
 
@@ -419,9 +419,12 @@ impl Lock for Quorum {
         &self,
         token: &Token,
         keep: Duration,
+        record: Option<&Finished>,
         within: Duration,
     ) -> Result<Released, RedisFailure> {
-        let call = self.mutex.release(&token.as_str(), keep);
+        // The run record goes with each node's release, so it is written exactly on the
+        // nodes that still hold the token (record.rs).
+        let call = self.mutex.release(&token.as_str(), keep, record);
         let replies = join_all(
             self.nodes
                 .iter()
@@ -517,7 +520,49 @@ impl Lock for Quorum {
             })
             .collect();
         let view = quorum_view(&nodes, self.quorum);
-        Ok(Status { nodes, ..view })
+        let records = record::newest(
+            nodes
+                .iter()
+                .filter_map(|n| n.status.as_ref().ok().map(|s| &s.records)),
+        );
+        Ok(Status {
+            nodes,
+            records,
+            ..view
+        })
+    }
+
+    async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {
+        // Every node: a record left on one would come back as the newest (record::newest).
+        let call = record::forget(self.mutex.keys());
+        let replies = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.script(&call, None, "forget", within)),
+        )
+        .await;
+        let (mut most, mut failures) = (0, Vec::new());
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            match reply.map(|r| r.value) {
+                Ok(redis::Value::Int(n)) => most = most.max(u64::try_from(n).unwrap_or(0)),
+                Ok(value) => failures.push(unexpected(node, "forget", &value)),
+                Err(e) => failures.push(e),
+            }
+        }
+        match failures.first() {
+            None => Ok(most),
+            Some(first) => Err(RedisFailure::of_many(
+                first.kind,
+                format!("{} of {} Redlock masters", failures.len(), self.n()),
+                format!(
+                    "the record was cleared on {} of {} nodes only (every node must, or the \
+                     others' copy comes back); {first}",
+                    self.n() - failures.len(),
+                    self.n()
+                ),
+                true,
+            )),
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 -- Redlock nodes, where the lock was never free, would only wake the waiters, this run among
 -- them). The announcement names the waiter to wake (wake.lua).
 -- keep > 0 (--hold-at-least): leave the lock to expire after keep ms instead of deleting it.
+-- With a run record: then 'creating' (ScriptCall::creating) and, from ARGV[9], the record to
+-- write while the token still holds (record.lua).
 -- Returns 1 released, 0 held by another value, -1 already gone; TRYAGAIN (reach.lua).
 -- Only the lock decides: holder info this node cannot reach (a migration) is left to expire
 -- with the lease it was written for, and `status` shows holder info only for the token the
@@ -21,6 +23,7 @@ end
 if kind ~= 'string' or redis.call('GET', lock) ~= token then
   return 0
 end
+write_record(9, ARGV[8])
 if keep > 0 then
   redis.call('PEXPIRE', lock, keep)
   if here(holder) then

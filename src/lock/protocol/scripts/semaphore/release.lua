@@ -1,6 +1,6 @@
 -- Give back our permit; never touch another holder's.
 -- KEYS: lock (zset). ARGV: holders, limit key, release channel; then token, keep ms, limit,
--- creating (see renew.lua).
+-- creating (see renew.lua); then, from ARGV[8], the run record to write (record.lua).
 -- keep > 0 (--hold-at-least): the permit stays taken for keep ms more instead.
 -- Returns 1 released, -1 already gone (our lease ended; the permit may be someone else's);
 -- TRYAGAIN (reach.lua).
@@ -25,6 +25,7 @@ local holders_kind = type_here(holders)
 if holders_kind and holders_kind ~= 'none' and holders_kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE the key ' .. holders .. ' holds a ' .. holders_kind)
 end
+write_record(8, ARGV[7])
 if keep > 0 then
   redis.call('ZADD', lock, 'XX', string.format('%.0f', now_ms + keep), token)
   keep_for_longest_lease(lock, holders, limit_key, ARGV[6], now_ms, ARGV[7])

@@ -1,0 +1,66 @@
+-- The run record (protocol/record.rs), prepended to both release scripts after reach.lua.
+-- A release script calls write_record(first) once it has checked that the lock still holds
+-- the caller's token, before it deletes anything: the record is written by a holder, in the
+-- same atomic step as its release, or not at all.
+--
+-- `creating` ('1' or '0', see ScriptCall::creating): whether a record key that does not exist
+-- on this node may be created here ('0' on the node a migrating slot goes to, where the node
+-- it leaves may still have it: a key on both would stop the migration).
+-- ARGV from `first` on: last-run key, last-success key, retention ms, host, pid, program,
+-- fence, ran ms, outcome, exit code ('' when killed by a signal), signal ('' when it exited).
+-- No arguments there (a release that records nothing: the command never started, a take-back
+-- on a Redlock minority): nothing is written.
+--
+-- Each key is a hash with the fields host, pid, program, started_ms, ended_ms, exit_code,
+-- signal, outcome, fence (times in ms since 1970 on this server's clock: ended is now,
+-- started is now minus the run time the client measured on its monotonic clock); absent
+-- exit_code or signal fields mean null. The last-success copy is written only for the
+-- outcome 'succeeded'. Both expire after the retention. A key this node cannot reach or may
+-- not create (a migration of the slot), or one that holds another type, is left as it is:
+-- the record is best effort there; the release is not.
+local function write_record(first, creating)
+  local run_key = ARGV[first]
+  if not run_key or run_key == '' then
+    return
+  end
+  local success_key, keep = ARGV[first + 1], ARGV[first + 2]
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local ran_ms = tonumber(ARGV[first + 7]) or 0
+  local outcome = ARGV[first + 8]
+  local absent = {}
+  local fields = {
+    'host', ARGV[first + 3],
+    'pid', ARGV[first + 4],
+    'program', ARGV[first + 5],
+    'fence', ARGV[first + 6],
+    'started_ms', string.format('%.0f', math.max(now_ms - ran_ms, 0)),
+    'ended_ms', string.format('%.0f', now_ms),
+    'outcome', outcome,
+  }
+  for i, name in ipairs({'exit_code', 'signal'}) do
+    local value = ARGV[first + 8 + i]
+    if value ~= '' then
+      fields[#fields + 1] = name
+      fields[#fields + 1] = value
+    else
+      absent[#absent + 1] = name
+    end
+  end
+  local targets = {run_key}
+  if outcome == 'succeeded' then
+    targets[2] = success_key
+  end
+  -- Overwritten in place, never deleted first: on the node a migrating slot leaves, a key
+  -- that is gone can no longer be written (ASK).
+  for _, key in ipairs(targets) do
+    local kind = type_here(key)
+    if kind == 'hash' or (kind == 'none' and creating ~= '0') then
+      redis.call('HSET', key, unpack(fields))
+      if #absent > 0 then
+        redis.call('HDEL', key, unpack(absent))
+      end
+      redis.call('PEXPIRE', key, keep)
+    end
+  end
+end

@@ -1,0 +1,110 @@
+//! The run record from the supervisor's side: what a run tells its release to record
+//! ([`finished`]), and `--once-per`: with the lock held, whether the command already
+//! succeeded in the current period ([`Run::done_already`]).
+//!
+//! The record is read after the lock is granted, from the servers that hold it, so that N
+//! hosts that fire together and wait (`--wait`) run the command once: each one that gets the
+//! lock after a success sees it, because the success was written by the same script that
+//! released the lock to it.
+
+use std::time::Duration;
+
+use crate::config::{OncePer, RunConfig};
+use crate::exit::ChildEnd;
+use crate::lock::{Finished, Lock, RunOutcome, RunRecord};
+use crate::period;
+
+use super::outcome::Under;
+use super::shared::Run;
+
+/// The record a run that started its command writes with its release; `None` for a run
+/// whose command never started (nothing ran: nothing to record).
+pub(super) fn finished(
+    cfg: &RunConfig,
+    under: &Under,
+    fence: u64,
+    ran: Duration,
+) -> Option<Finished> {
+    let Under::Ran {
+        end,
+        lease,
+        max_runtime,
+    } = under
+    else {
+        return None;
+    };
+    let outcome = match (end, lease, max_runtime) {
+        (_, Some(_), _) => RunOutcome::Lost,
+        (_, None, true) => RunOutcome::TimedOut,
+        (Some(ChildEnd::Exited(0)), None, false) => RunOutcome::Succeeded,
+        (Some(ChildEnd::Signalled(_)), None, false) => RunOutcome::Signalled,
+        _ => RunOutcome::Failed,
+    };
+    Some(Finished {
+        host: hostname(),
+        pid: std::process::id(),
+        program: cfg.command.display.clone(),
+        fence,
+        ran,
+        outcome,
+        exit_code: match end {
+            Some(ChildEnd::Exited(code)) => Some(*code),
+            _ => None,
+        },
+        signal: match end {
+            Some(ChildEnd::Signalled(sig)) => Some(*sig),
+            _ => None,
+        },
+    })
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+impl<L: Lock> Run<'_, L> {
+    /// `--once-per`: the last success, if it started in the current period (on the server's
+    /// clock), read with the lock held. `Err`: the record could not be read (then nothing
+    /// may run: the command might run twice).
+    /// Comes with the server's time of the read (ms).
+    pub(super) async fn done_already(
+        self,
+        once: &OncePer,
+    ) -> Result<Option<(RunRecord, u64)>, String> {
+        let status = self.lock.status().await.map_err(|e| e.to_string())?;
+        let records = status.records;
+        let Some(now_ms) = records.now_ms else {
+            return Err("the server's clock (TIME) could not be read".to_owned());
+        };
+        match records.last_success {
+            Some(last) if period::done_in(once.period, &once.zone, now_ms, last.started_ms)? => {
+                Ok(Some((last, now_ms)))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// The line of a skipped run: when and where the command last succeeded.
+pub(super) fn skipped_text(key: &str, once: &OncePer, last: &RunRecord, now_ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(last.started_ms);
+    let ago = Duration::from_secs(now_ms.saturating_sub(last.started_ms) / 1000);
+    let mut where_ = last
+        .host
+        .clone()
+        .unwrap_or_else(|| "an unknown host".to_owned());
+    if let Some(pid) = last.pid {
+        where_.push_str(&format!(" pid {pid}"));
+    }
+    if let Some(fence) = last.fence {
+        where_.push_str(&format!(", fence {fence}"));
+    }
+    format!(
+        "skipped: {key} already succeeded {} ({} ago, on {where_}); {}",
+        humantime::format_rfc3339_seconds(at),
+        humantime::format_duration(ago),
+        period::shown(once.period, &once.zone)
+    )
+}
