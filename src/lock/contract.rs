@@ -21,6 +21,9 @@ use crate::lease::Stamp;
 ///   fails after a write may have landed (a lost reply, a timeout, a minority of quorum nodes,
 ///   too few replica acknowledgements), it takes that write back itself before returning,
 ///   and makes sure the same attempt cannot land later (the request may still be under way).
+///   Bounded does not mean skipped: a take-back to a server that does not answer is sent all
+///   the same and awaited only within its bound; the cancelled token keeps the late request
+///   from landing.
 /// - **A token per attempt.** Each attempt makes a token of its own, so that one cancelled
 ///   by a take-back is never sent again; the [`Grant`] carries the one that won, which the
 ///   caller renews and releases with.
@@ -62,7 +65,10 @@ pub trait Lock {
 
     /// Release if ours, within `within`. With `keep` > 0 the lock is left to expire after
     /// `keep` instead. `record`: the run record, written in the same step on every server
-    /// where the token still holds the lock, and nowhere else.
+    /// where the token still holds the lock, and nowhere else. A backend on several servers
+    /// may return once the answers in hand decide the outcome, but sends the release to every
+    /// server: one that lands late only ever deletes this token (compare-and-delete), and one
+    /// that never lands expires.
     async fn release(
         &self,
         token: &Token,

@@ -4,10 +4,19 @@
 //! own, and counts the answers:
 //! - acquire: granted on >= Q nodes with lease time left, then the fence write-back (below),
 //!   then granted. Anything less is taken back on every node that may hold a write (the
-//!   cancel script, sent as EVAL, so that a late arrival cannot land), then busy or a failure;
+//!   cancel script, sent as EVAL, so that a late arrival cannot land), then busy or a failure.
+//!   Busy is answered once the votes in hand settle it (a quorum answered and fewer than Q
+//!   can still grant) and the rest had a short moment more ([`STRAGGLERS`]): a node not
+//!   heard from by then gets the cancel behind its vote;
 //! - renew: compare-then-PEXPIRE everywhere; renewed when >= Q confirmed in time, lost when
 //!   so many said "gone" that Q can no longer confirm, else a (transient) failure;
-//! - release: everywhere; released when >= Q released;
+//! - release: everywhere; released when >= Q released. Returns once the answers in hand
+//!   decide the outcome, after a short moment more for the rest ([`STRAGGLERS`]); a node not
+//!   heard from by then gets the release once more as EVAL (which lands even if no reply is
+//!   read). A late release is a compare-and-delete: it cannot touch a later holder's lock,
+//!   and one that never lands expires with the lease;
+//! - release notices: subscribed on every node, ready once a quorum is (a release that
+//!   counted reached a quorum, and two quorums share a node);
 //! - status: each node's view, and the quorum's.
 //!
 //! # The fence
@@ -23,16 +32,20 @@
 //! the time left is checked after the write-back.
 //!
 //! # Bounds
-//! Each node's acquire and write-back get a short bound: a twentieth of the ttl (at least
-//! 100 ms), within the supervisor's bound, so that one frozen node costs only that. Renewals,
-//! releases and status calls get the bound the supervisor gives, each node in parallel.
+//! Each node's acquire, write-back and take-back get a short bound: a twentieth of the ttl
+//! (at least 100 ms), within the supervisor's bound, so that one frozen node (it accepts
+//! connections and never answers) costs only that. Bounded is not skipped: a take-back is
+//! sent to every node that may hold a write, and the cancelled token keeps a late acquire
+//! from landing. The start waits for a quorum of nodes to answer (connect and say their run
+//! id), not for every node. Renewals and status calls get the bound the supervisor gives,
+//! each node in parallel.
 
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::future::{self, join_all};
 use futures_util::stream::{self, FuturesUnordered, StreamExt};
 
-use super::server::Server;
+use super::server::{ScriptReply, Server};
 use super::shared::{UNDO_AT_LEAST, named, read_status};
 use crate::lease::{self, Stamp};
 use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
@@ -46,6 +59,11 @@ use crate::lock::{
 /// The least bound on one node's acquire or write-back: a round trip on a real network with
 /// room to spare, even for short ttls.
 const NODE_BOUND_FLOOR: Duration = Duration::from_millis(100);
+
+/// How long a step (the start, a busy attempt, a release, the subscription to release
+/// notices) still waits for the nodes that have not answered once the others' answers are
+/// enough: a round trip with room to spare, as `NODE_BOUND_FLOOR`.
+const STRAGGLERS: Duration = NODE_BOUND_FLOOR;
 
 pub struct Quorum {
     nodes: Vec<Server>,
@@ -63,6 +81,9 @@ enum Vote {
     /// The node refused this token: the run cancelled it there after a lost reply.
     Cancelled,
     Failed(RedisFailure),
+    /// Not awaited: the other nodes' answers settled the attempt (busy) first. The request
+    /// is on its way and may still land.
+    Unanswered,
 }
 
 impl Vote {
@@ -71,6 +92,7 @@ impl Vote {
         match self {
             Vote::Granted(_) => true,
             Vote::Failed(e) => e.may_have_written(),
+            Vote::Unanswered => true,
             Vote::Busy(_) | Vote::Cancelled => false,
         }
     }
@@ -95,63 +117,53 @@ impl Quorum {
             mutex,
             timeout: target.timeout,
         };
-        // Ready as soon as a quorum has connected: a node that accepts connections and never
-        // answers must not take the whole --connect-timeout (and with it the first
-        // attempt's time). The others connect on their first call.
+        // Ready as soon as a quorum has answered (connected and said who it is), and the rest
+        // had a moment more: a node that accepts connections and never answers must not take
+        // the whole --connect-timeout (and with it the first attempt's time). The others
+        // connect on their first call.
         let mut pending: FuturesUnordered<_> = quorum
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| async move { (i, n.connect(within).await) })
+            .map(|(i, n)| async move { (i, run_id(n, within).await) })
             .collect();
         let mut up = Vec::new();
         let mut failures = Vec::new();
         while let Some((i, result)) = pending.next().await {
             match result {
-                Ok(()) => up.push(i),
+                Ok(id) => up.push((i, id)),
                 Err(e) => failures.push(e),
             }
             if up.len() >= quorum.quorum || failures.len() > quorum.n() - quorum.quorum {
                 break;
             }
         }
+        let _ = tokio::time::timeout(STRAGGLERS.min(within), async {
+            while let Some((i, result)) = pending.next().await {
+                match result {
+                    Ok(id) => up.push((i, id)),
+                    Err(e) => failures.push(e),
+                }
+            }
+        })
+        .await;
         drop(pending);
         if up.len() < quorum.quorum {
             return Err(quorum.too_few("answered", up.len(), &failures, false));
         }
-        quorum.refuse_one_server_twice(&up, within).await?;
+        quorum.refuse_one_server_twice(&up)?;
         Ok(quorum)
     }
 
     /// One server given under two names (`localhost` and `127.0.0.1`, two addresses of one
     /// host) would count twice towards the quorum. Each server has a run id of its own
-    /// (`INFO server`); nodes that cannot tell (an ACL without INFO) are not checked.
-    async fn refuse_one_server_twice(
-        &self,
-        up: &[usize],
-        within: Duration,
-    ) -> Result<(), RedisFailure> {
-        let mut info = redis::pipe();
-        info.cmd("INFO").arg("server");
-        info.ignore_errors();
-        let ids = join_all(up.iter().map(|&i| {
-            let info = &info;
-            async move {
-                let replies = self.nodes[i].query(info, "INFO", within).await.ok()?;
-                let text = match replies.first()? {
-                    redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                    redis::Value::VerbatimString { text, .. } => text.clone(),
-                    _ => return None,
-                };
-                let id = text
-                    .lines()
-                    .find_map(|l| l.trim().strip_prefix("run_id:"))?
-                    .to_owned();
-                Some((i, id))
-            }
-        }))
-        .await;
-        let ids: Vec<(usize, String)> = ids.into_iter().flatten().collect();
+    /// (`INFO server`); nodes that cannot tell (an ACL without INFO) are not checked, nor
+    /// nodes that had not answered when the run started.
+    fn refuse_one_server_twice(&self, up: &[(usize, Option<String>)]) -> Result<(), RedisFailure> {
+        let ids: Vec<(usize, &String)> = up
+            .iter()
+            .filter_map(|(i, id)| Some((*i, id.as_ref()?)))
+            .collect();
         for (k, (i, id)) in ids.iter().enumerate() {
             if let Some((j, _)) = ids[..k].iter().find(|(_, other)| other == id) {
                 return Err(RedisFailure::unexpected(
@@ -220,6 +232,46 @@ impl Quorum {
         }
     }
 
+    /// Every node's vote on `call`, each within `bound`. Once the votes in hand settle the
+    /// attempt as busy (fewer than a quorum can still grant, and a quorum answered), the
+    /// rest are awaited only [`STRAGGLERS`] more: those still out come back as
+    /// [`Vote::Unanswered`], with a future that reads them (each within its bound), to be
+    /// run while the take-back goes out behind them on the same connection.
+    async fn votes<'a>(
+        &'a self,
+        call: &'a ScriptCall,
+        bound: Duration,
+    ) -> (Vec<Vote>, impl Future<Output = ()> + 'a) {
+        let mut votes: Vec<Option<Vote>> = self.nodes.iter().map(|_| None).collect();
+        let mut under_way: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| async move { (i, self.vote(node, call, bound).await) })
+            .collect();
+        while let Some((i, vote)) = under_way.next().await {
+            votes[i] = Some(vote);
+            if busy_settled(&votes, self.quorum) {
+                break;
+            }
+        }
+        // A moment more for the rest, which on a healthy network are right behind: a vote read
+        // needs no cancel.
+        if !under_way.is_empty() {
+            let _ = tokio::time::timeout(STRAGGLERS.min(bound), async {
+                while let Some((i, vote)) = under_way.next().await {
+                    votes[i] = Some(vote);
+                }
+            })
+            .await;
+        }
+        let votes = votes
+            .into_iter()
+            .map(|v| v.unwrap_or(Vote::Unanswered))
+            .collect();
+        (votes, under_way.for_each(|_| future::ready(())))
+    }
+
     /// Raise the counter to `fence` on the nodes that granted; how many took it.
     async fn write_back(
         &self,
@@ -255,9 +307,10 @@ impl Quorum {
     /// Take back every write this attempt may have left. Where a node granted and the
     /// attempt ends busy, a compare-and-delete release does (the reply is in hand, nothing is
     /// under way); everywhere else, and always when `cancel`, the cancel script, so that a
-    /// request still on its way cannot land later. Best effort: what fails expires within
-    /// the ttl.
-    async fn undo(&self, token: &Token, votes: &[Vote], cancel: bool, within: Duration) {
+    /// request still on its way cannot land later. Each node's take-back is sent, and awaited
+    /// at most `each` (a frozen node must not hold up the answer): what does not land expires
+    /// within the ttl, and a late acquire behind a cancel that did land is refused.
+    async fn undo(&self, token: &Token, votes: &[Vote], cancel: bool, each: Duration) {
         // Quietly: the lock was never free on a quorum, and an announcement would wake this
         // very run (subscribed on every node) into another attempt at once, and again.
         let release = self.mutex.release_quietly(&token.as_str());
@@ -268,10 +321,19 @@ impl Quorum {
                 if !vote.may_hold_write() {
                     return;
                 }
-                if matches!(vote, Vote::Granted(_)) && !cancel {
-                    let _ = node.script(release, None, "release", within).await;
-                } else {
-                    let _ = node.eval(cancel_call, "release", within).await;
+                match vote {
+                    Vote::Granted(_) if !cancel => {
+                        let _ = node.script(release, None, "release", each).await;
+                    }
+                    // Its acquire is still on the connection in use (a busy attempt did not
+                    // wait for it): the cancel goes apart, so that it can arrive first and
+                    // the acquire, should it still land, finds its token cancelled.
+                    Vote::Unanswered => {
+                        let _ = node.eval_apart(cancel_call, "release", each).await;
+                    }
+                    _ => {
+                        let _ = node.eval(cancel_call, "release", each).await;
+                    }
                 }
             }
         }))
@@ -299,6 +361,114 @@ fn unexpected(node: &Server, what: &str, reply: &redis::Value) -> RedisFailure {
     RedisFailure::unexpected_reply(node.shown(), what, reply)
 }
 
+/// Connect to `node` and ask for its run id (`INFO server`), all within `within`; `None` when
+/// it answered but cannot tell (an ACL without INFO).
+async fn run_id(node: &Server, within: Duration) -> Result<Option<String>, RedisFailure> {
+    let mut info = redis::pipe();
+    info.cmd("INFO").arg("server");
+    info.ignore_errors();
+    let replies = node.query(&info, "INFO", within).await?;
+    let text = match replies.first() {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(redis::Value::VerbatimString { text, .. }) => text.clone(),
+        _ => return Ok(None),
+    };
+    Ok(text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("run_id:"))
+        .map(str::to_owned))
+}
+
+/// The votes in hand (`None`: not in yet) settle the attempt as busy, whatever the rest say:
+/// fewer than `quorum` nodes can still grant, and at least `quorum` answered (so it is not a
+/// failure to reach the nodes either).
+fn busy_settled(votes: &[Option<Vote>], quorum: usize) -> bool {
+    let granted = votes
+        .iter()
+        .filter(|v| matches!(v, Some(Vote::Granted(_))))
+        .count();
+    let pending = votes.iter().filter(|v| v.is_none()).count();
+    let answered = votes
+        .iter()
+        .filter(|v| matches!(v, Some(Vote::Busy(_) | Vote::Cancelled)))
+        .count();
+    granted + pending < quorum && answered >= quorum
+}
+
+/// How the nodes answered a release so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ReleaseTally {
+    released: usize,
+    /// The lock held another token.
+    other: usize,
+    /// The lock was gone.
+    gone: usize,
+    /// No answer (a failure, or not awaited).
+    unanswered: usize,
+}
+
+impl ReleaseTally {
+    /// Count `node`'s reply; a failure is kept in `failures` too.
+    fn count(
+        &mut self,
+        node: &Server,
+        reply: Result<ScriptReply, RedisFailure>,
+        failures: &mut Vec<RedisFailure>,
+    ) {
+        match reply.map(|r| (mutex::parse_release(&r.value), r.value)) {
+            Ok((Some(Released::Released), _)) => self.released += 1,
+            Ok((Some(Released::HeldByOther), _)) => self.other += 1,
+            Ok((Some(Released::Gone), _)) => self.gone += 1,
+            Ok((None, value)) => {
+                self.unanswered += 1;
+                failures.push(unexpected(node, "release", &value));
+            }
+            Err(e) => {
+                self.unanswered += 1;
+                failures.push(e);
+            }
+        }
+    }
+
+    /// What these answers add up to with a quorum of `quorum`; `None`: unconfirmed (the nodes
+    /// that did not answer may have held it).
+    fn outcome(&self, quorum: usize) -> Option<Released> {
+        if self.released >= quorum {
+            Some(Released::Released)
+        } else if self.released + self.unanswered >= quorum {
+            None
+        } else if self.other >= quorum {
+            Some(Released::HeldByOther)
+        } else {
+            Some(Released::Gone)
+        }
+    }
+
+    /// The outcome is the same whatever the `pending` nodes still answer (or if they never
+    /// do): a quorum released it, typically.
+    fn settled(&self, quorum: usize, pending: usize) -> bool {
+        let now = ReleaseTally {
+            unanswered: self.unanswered + pending,
+            ..*self
+        }
+        .outcome(quorum);
+        (0..=pending).all(|released| {
+            (0..=pending - released).all(|other| {
+                (0..=pending - released - other).all(|unanswered| {
+                    let gone = pending - released - other - unanswered;
+                    let then = ReleaseTally {
+                        released: self.released + released,
+                        other: self.other + other,
+                        gone: self.gone + gone,
+                        unanswered: self.unanswered + unanswered,
+                    };
+                    then.outcome(quorum) == now
+                })
+            })
+        })
+    }
+}
+
 impl Lock for Quorum {
     fn name(&self) -> &str {
         &self.mutex.keys().lock
@@ -323,8 +493,9 @@ impl Lock for Quorum {
             ..holder.clone()
         };
         let call = self.mutex.acquire(&token.as_str(), ttl, &holder);
-        let votes: Vec<Vote> =
-            join_all(self.nodes.iter().map(|node| self.vote(node, &call, bound))).await;
+        // `under_way`: the votes not awaited once the attempt was busy; read while the
+        // take-back goes out behind them.
+        let (votes, under_way) = self.votes(&call, bound).await;
 
         let fences: Vec<u64> = votes
             .iter()
@@ -340,8 +511,16 @@ impl Lock for Quorum {
                 _ => None,
             })
             .collect();
-        let answered = self.n() - failures.len();
-        let left = || deadline.map_or(Duration::ZERO, |d| Stamp::now().until(d));
+        let answered = votes
+            .iter()
+            .filter(|v| matches!(v, Vote::Granted(_) | Vote::Busy(_) | Vote::Cancelled))
+            .count();
+        // Each node's take-back: the node's bound, within what is left of the attempt (but
+        // never less than a few round trips).
+        let take_back = || {
+            let left = deadline.map_or(Duration::ZERO, |d| Stamp::now().until(d));
+            bound.min(left).max(UNDO_AT_LEAST)
+        };
 
         let failure = if fences.len() >= self.quorum {
             let fence = fences.iter().copied().max().unwrap_or_default();
@@ -369,16 +548,18 @@ impl Lock for Quorum {
             }
         } else if answered >= self.quorum {
             // Enough nodes answered, and too many of them hold another value: busy. What this
-            // attempt got is given back first.
-            self.undo(token, &votes, false, left().max(UNDO_AT_LEAST))
-                .await;
+            // attempt got is given back first, and a vote not awaited is cancelled.
+            // The votes not awaited are read meanwhile (each within its bound): one dropped
+            // half-way would drop its node's connection.
+            future::join(self.undo(token, &votes, false, take_back()), under_way).await;
             return Ok(Attempt::Busy(Self::majority_holder(&votes)));
         } else {
             let wrote = votes.iter().any(Vote::may_hold_write);
             self.too_few("answered", answered, &failures, wrote)
         };
-        self.undo(token, &votes, true, left().max(UNDO_AT_LEAST))
-            .await;
+        // Every vote was awaited (only a busy attempt leaves some).
+        drop(under_way);
+        self.undo(token, &votes, true, take_back()).await;
         Err(failure)
     }
 
@@ -422,63 +603,96 @@ impl Lock for Quorum {
         record: Option<&Finished>,
         within: Duration,
     ) -> Result<Released, RedisFailure> {
-        // The run record goes with each node's release, so it is written exactly on the
-        // nodes that still hold the token (record.rs).
+        // Sent to every node; awaited until the answers in hand decide the outcome (a quorum
+        // released it, typically), then a moment more for the rest. A release that lands
+        // late is a compare-and-delete: it deletes nothing of a later holder's, and one that
+        // never lands expires with the lease. The run record goes with each node's release,
+        // so it is written exactly on the nodes that still hold the token (record.lua).
         let call = self.mutex.release(&token.as_str(), keep, record);
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| node.script(&call, None, "release", within)),
-        )
-        .await;
-        let (mut released, mut other, mut failures) = (0, 0, Vec::new());
-        for (node, reply) in self.nodes.iter().zip(replies) {
-            match reply.map(|r| (mutex::parse_release(&r.value), r.value)) {
-                Ok((Some(Released::Released), _)) => released += 1,
-                Ok((Some(Released::HeldByOther), _)) => other += 1,
-                Ok((Some(Released::Gone), _)) => {}
-                Ok((None, value)) => failures.push(unexpected(node, "release", &value)),
-                Err(e) => failures.push(e),
+        let mut under_way: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let call = &call;
+                async move { (i, node.script(call, None, "release", within).await) }
+            })
+            .collect();
+        let mut answered = vec![false; self.n()];
+        let mut tally = ReleaseTally::default();
+        let mut failures = Vec::new();
+        while let Some((i, reply)) = under_way.next().await {
+            answered[i] = true;
+            tally.count(&self.nodes[i], reply, &mut failures);
+            if tally.settled(self.quorum, under_way.len()) {
+                break;
             }
         }
-        if released >= self.quorum {
-            Ok(Released::Released)
-        } else if released + failures.len() >= self.quorum {
-            // The nodes that did not answer may have held it: nothing can be said.
-            let first = failures
-                .first()
-                .map(|f| format!("; {f}"))
-                .unwrap_or_default();
-            Err(RedisFailure::of_many(
-                FailureKind::Unreachable,
-                format!("{} of {} Redlock masters", failures.len(), self.n()),
-                format!(
-                    "the release is unconfirmed: {released} released it, {} had it no longer, \
-                     {} did not answer{first}",
-                    self.n() - released - failures.len(),
-                    failures.len()
-                ),
-                true,
-            ))
-        } else if other >= self.quorum {
-            Ok(Released::HeldByOther)
-        } else {
-            Ok(Released::Gone)
+        // The nodes not answered yet (a frozen one) get the release once more as EVAL, which
+        // lands once the node answers again even if no reply is read (the EVALSHA under way
+        // may meet NOSCRIPT there, and its EVAL would never be sent), and a moment more: for
+        // both to be written before the calls are dropped (a request whose caller is gone is
+        // never sent), and for a node only a little slower to be counted. No longer.
+        let again = join_all(
+            (0..self.n())
+                .filter(|&i| !answered[i])
+                .map(|i| self.nodes[i].eval(&call, "release", within)),
+        );
+        let rest = async {
+            while let Some((i, reply)) = under_way.next().await {
+                tally.count(&self.nodes[i], reply, &mut failures);
+            }
+        };
+        let _ = tokio::time::timeout(STRAGGLERS.min(within), future::join(again, rest)).await;
+        tally.unanswered += under_way.len();
+        match tally.outcome(self.quorum) {
+            Some(released) => Ok(released),
+            None => {
+                // The nodes that did not answer may have held it: nothing can be said.
+                let first = failures
+                    .first()
+                    .map(|f| format!("; {f}"))
+                    .unwrap_or_default();
+                Err(RedisFailure::of_many(
+                    FailureKind::Unreachable,
+                    format!("{} of {} Redlock masters", tally.unanswered, self.n()),
+                    format!(
+                        "the release is unconfirmed: {} released it, {} had it no longer, {} did \
+                         not answer{first}",
+                        tally.released,
+                        tally.other + tally.gone,
+                        tally.unanswered
+                    ),
+                    true,
+                ))
+            }
         }
     }
 
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices> {
-        // Any node's announcement is the hint; subscribe on all that answer.
+        // Any node's announcement is the hint. Subscribed on every node that answers: ready
+        // once a quorum is (a release that counted reached a quorum, and two quorums share a
+        // node) and the rest had a moment more, or every node answered. A frozen node must
+        // not hold up the next attempt; without its subscription nothing is lost but a hint.
         let channel = &self.mutex.keys().released;
-        let subscribed: Vec<ReleaseNotices> = join_all(
-            self.nodes
-                .iter()
-                .map(|node| node.subscribe(channel, within)),
-        )
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+        let mut under_way: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| node.subscribe(channel, within))
+            .collect();
+        let mut subscribed = Vec::new();
+        while let Some(notices) = under_way.next().await {
+            subscribed.extend(notices);
+            if subscribed.len() >= self.quorum {
+                break;
+            }
+        }
+        let _ = tokio::time::timeout(STRAGGLERS.min(within), async {
+            while let Some(notices) = under_way.next().await {
+                subscribed.extend(notices);
+            }
+        })
+        .await;
         if subscribed.is_empty() {
             return None;
         }
@@ -647,6 +861,45 @@ mod tests {
             node(Err("unreachable".into())),
         ];
         assert_eq!(quorum_view(&split, 2), Status::default());
+    }
+
+    #[test]
+    fn a_release_is_settled_once_the_rest_cannot_change_it() {
+        let t = |released, other, gone, unanswered| ReleaseTally {
+            released,
+            other,
+            gone,
+            unanswered,
+        };
+        // 3 nodes, quorum 2: two released, the third frozen.
+        assert!(t(2, 0, 0, 0).settled(2, 1));
+        assert_eq!(t(2, 0, 0, 1).outcome(2), Some(Released::Released));
+        // One released, one gone: the third decides between released and unconfirmed.
+        assert!(!t(1, 0, 1, 0).settled(2, 1));
+        assert_eq!(t(1, 0, 1, 1).outcome(2), None);
+        // Another holder on two: settled; gone on two: settled.
+        assert!(t(0, 2, 0, 0).settled(2, 1));
+        assert_eq!(t(0, 2, 0, 1).outcome(2), Some(Released::HeldByOther));
+        assert!(t(0, 0, 2, 0).settled(2, 1));
+        assert_eq!(t(0, 0, 2, 1).outcome(2), Some(Released::Gone));
+        // 5 nodes, quorum 3: two released and one gone say nothing yet.
+        assert!(!t(2, 0, 1, 0).settled(3, 2));
+        assert!(t(3, 0, 0, 0).settled(3, 2));
+        // Nothing pending: always settled.
+        assert!(t(1, 1, 0, 1).settled(2, 0));
+    }
+
+    #[test]
+    fn busy_is_settled_when_a_quorum_answered_and_no_quorum_can_grant() {
+        let busy = || Some(Vote::Busy(Holder::default()));
+        let granted = || Some(Vote::Granted(1));
+        assert!(busy_settled(&[busy(), busy(), None], 2));
+        assert!(!busy_settled(&[granted(), busy(), None], 2));
+        assert!(!busy_settled(&[busy(), None, None], 2));
+        let failed = || Some(Vote::Failed(RedisFailure::timeout("redis://h", "acquire")));
+        // Two failed: not busy but a failure, decided once every vote is in.
+        assert!(!busy_settled(&[busy(), failed(), None], 2));
+        assert!(busy_settled(&[busy(), Some(Vote::Cancelled), failed()], 2));
     }
 
     #[test]

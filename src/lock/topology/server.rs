@@ -280,6 +280,48 @@ impl Server {
         }
     }
 
+    /// `eval` on a connection of its own, opened for this call and closed after it: for a
+    /// take-back that must not queue behind a request stuck on the connection in use (a
+    /// silently dead link that may yet deliver). On its own connection the cancel can arrive
+    /// first, and the stuck request then finds its token cancelled; behind it, it could only
+    /// land after it, or not at all if that connection is given up.
+    pub async fn eval_apart(
+        &self,
+        call: &ScriptCall,
+        what: &str,
+        within: Duration,
+    ) -> Result<Value, RedisFailure> {
+        let deadline = deadline_in(within);
+        let sent = Cell::new(false);
+        let attempt = async {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(within))
+                .set_response_timeout(None);
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(|e| self.failure(&e).not_sent())?;
+            sent.set(true);
+            let mut pipe = redis::pipe();
+            pipe.add_command(call.eval()).ignore_errors();
+            pipe.query_async::<Vec<Value>>(&mut conn)
+                .await
+                .map_err(|e| self.failure(&e))
+        };
+        let replies = match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(result) => result?,
+            Err(_) if sent.get() => return Err(RedisFailure::timeout(&self.shown, what)),
+            Err(_) => {
+                return Err(RedisFailure::timeout(&self.shown, "the connection attempt").not_sent());
+            }
+        };
+        match replies.into_iter().next().unwrap_or(Value::Nil) {
+            Value::ServerError(err) => Err(RedisFailure::from_redis(&err.into(), &self.shown)),
+            value => Ok(value),
+        }
+    }
+
     /// Subscribe to `channel` on a connection of its own, within `within`.
     pub async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices> {
         let subscribe = async {
