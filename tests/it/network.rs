@@ -351,3 +351,57 @@ fn a_held_up_acquire_leaves_no_lock_whatever_the_order() {
     std::thread::sleep(ms(200));
     assert!(!redis.exists("redlock:k"), "a lock was left behind\n{out}");
 }
+
+/// A slow link (every reply 1.2 s late, requests on time) under `--ttl 3s --heartbeat 300ms
+/// --grace 300ms`: each renewal is answered with lease to spare, so the run must keep its
+/// lease. A renewal bounded by a quarter of the ttl (0.75 s) and then abandoned never got an
+/// answer at all: every one timed out and the command was stopped (74).
+#[test]
+fn a_slow_link_keeps_the_lease() {
+    let redis = RedisServer::start();
+    let proxy = proxy_to(&redis);
+    // A server in use has the scripts cached: a first run loads them, so that the acquire
+    // below is one round trip (a NOSCRIPT there would cost 1.2 s of the first lease).
+    Wrapper::new()
+        .args(["--redis", &proxy.url(), "--key", "k", "--", "true"])
+        .run()
+        .expect_code(0);
+    proxy.set_latency(Dir::Down, ms(1200));
+    let out = Wrapper::new()
+        .args(["--redis", &proxy.url(), "--key", "k", "-v"])
+        .args(["--ttl", "3s", "--heartbeat", "300ms", "--grace", "300ms"])
+        .args(["--connect-timeout", "10s", "--", "sleep", "6"])
+        .run();
+    out.expect_code(0);
+    let renewed = out.stderr.matches("renewed redlock:k").count();
+    assert!(
+        renewed >= 3,
+        "a 6 s command under a 3 s ttl was renewed {renewed} times\n{out}"
+    );
+    assert!(!redis.exists("redlock:k"), "{out}");
+}
+
+/// The scripts flushed from the server's cache (SCRIPT FLUSH; a restart or a failover does
+/// the same) while every reply takes 0.5 s, with the default heartbeat and grace of a 3 s
+/// ttl (1 s each): a renewal sent as EVALSHA meets NOSCRIPT and pays a second round trip as
+/// EVAL, 1 s in all, past the moment the command must be stopped (1.97 s after the last
+/// renewal was sent, 1 s before the next one is due). Renewals go in full: one round trip.
+#[test]
+fn a_script_flush_on_a_slow_link_keeps_the_lease() {
+    let redis = RedisServer::start();
+    let proxy = proxy_to(&redis);
+    let dir = scratch();
+    let run = Wrapper::new()
+        .args(["--redis", &proxy.url(), "--key", "k", "--ttl", "3s", "-v"])
+        .sh("echo $$ > pid; sleep 5")
+        .current_dir(dir.path())
+        .spawn();
+    let child = read_pid_file(&dir.path().join("pid"), secs(10));
+    let _guard = PidGuard::new(child);
+    proxy.set_latency(Dir::Down, ms(500));
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    let out = run.wait(secs(30));
+    out.expect_code(0);
+    assert!(out.stderr.contains("renewed redlock:k"), "{out}");
+    assert!(!redis.exists("redlock:k"), "{out}");
+}

@@ -107,6 +107,8 @@ impl Mutex {
             &[&k.holder],
             vec![token.to_owned(), millis(ttl).to_string()],
         )
+        // Inside the lease: never EVALSHA, NOSCRIPT, EVAL in series.
+        .in_full()
     }
 
     /// With `keep` > 0 the lock is left to expire after `keep` instead of being deleted;
@@ -393,5 +395,20 @@ mod tests {
         }
         let sha = String::from_utf8(call.evalsha().get_packed_command()).unwrap();
         assert!(sha.starts_with("*11\r\n$7\r\nEVALSHA\r\n$40\r\n"), "{sha}");
+    }
+
+    /// A renewal is sent in full at once: inside the lease, EVALSHA, NOSCRIPT (after a
+    /// restart or SCRIPT FLUSH) and EVAL in series would be two round trips. Other calls go
+    /// by hash first.
+    #[test]
+    fn renewals_go_in_full_and_other_calls_by_hash() {
+        let m = Mutex::new("redlock:k").unwrap();
+        let first =
+            |call: ScriptCall| String::from_utf8(call.first().get_packed_command()).unwrap();
+        let renew = first(m.renew("tok", Duration::from_secs(3)));
+        assert!(renew.contains("$4\r\nEVAL\r\n"), "{renew}");
+        assert!(renew.contains("PEXPIRE"), "not the source: {renew}");
+        let release = first(m.release("tok", Duration::ZERO));
+        assert!(release.contains("$7\r\nEVALSHA\r\n"), "{release}");
     }
 }

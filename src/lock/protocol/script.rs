@@ -36,6 +36,8 @@ pub struct ScriptCall {
     /// Where among `args` the script is told whether it may create a companion key that is
     /// missing (see [`ScriptCall::creating`]).
     creating_at: Option<usize>,
+    /// Sent as EVAL at once (see [`ScriptCall::in_full`]).
+    in_full: bool,
 }
 
 impl ScriptCall {
@@ -48,7 +50,17 @@ impl ScriptCall {
             args: names.iter().map(|n| (*n).to_owned()).chain(args).collect(),
             needs_moved: Vec::new(),
             creating_at: None,
+            in_full: false,
         }
+    }
+
+    /// Always sent in full, as EVAL, never first as EVALSHA: for a call inside the lease (a
+    /// renewal), where EVALSHA, NOSCRIPT (after a restart, `SCRIPT FLUSH`, a failover), then
+    /// EVAL would be two round trips in series. The server caches the script either way; the
+    /// cost is the source's bytes on each call (about 2.5 KB for a renewal) and hashing them.
+    pub fn in_full(mut self) -> ScriptCall {
+        self.in_full = true;
+        self
     }
 
     /// A last argument, '1': the script may write a missing companion key again (the
@@ -95,6 +107,16 @@ impl ScriptCall {
     /// See [`ScriptCall::needing_moved`].
     pub fn needs_moved(&self) -> &[String] {
         &self.needs_moved
+    }
+
+    /// The command sent first: EVAL for a call [`ScriptCall::in_full`], otherwise EVALSHA
+    /// (and EVAL only on NOSCRIPT).
+    pub fn first(&self) -> redis::Cmd {
+        if self.in_full {
+            self.eval()
+        } else {
+            self.evalsha()
+        }
     }
 
     /// `EVALSHA hash 1 key args...`

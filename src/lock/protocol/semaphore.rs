@@ -82,6 +82,8 @@ impl Semaphore {
             ],
         )
         .creating()
+        // Inside the lease: never EVALSHA, NOSCRIPT, EVAL in series.
+        .in_full()
     }
 
     pub fn release(&self, token: &str, keep: Duration, record: Option<&Finished>) -> ScriptCall {

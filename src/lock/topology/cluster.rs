@@ -565,10 +565,10 @@ impl Cluster {
         on_split: OnSplit,
     ) -> Result<Option<(ScriptReply, Rc<Server>)>, RedisFailure> {
         let importing = call.on_importing_node();
-        let asking = with_wait(importing.evalsha(), ack);
+        let asking = with_wait(importing.first(), ack);
         let mut sent = self
             .send(
-                &with_wait(call.evalsha(), ack),
+                &with_wait(call.first(), ack),
                 what,
                 deadline,
                 Handling::of(call, on_split, &asking),

@@ -569,6 +569,10 @@ impl Lock for Quorum {
         ttl: Duration,
         within: Duration,
     ) -> Result<Renewal, RedisFailure> {
+        // Every node's reply is waited for: one frozen node would hold the quorum's answer
+        // back for the whole bound the keeper gives (its attempt's own lease), so each node
+        // keeps a quarter of the ttl, and the keeper's next attempt comes after it.
+        let within = within.min((ttl / 4).max(Duration::from_millis(50)));
         let counted_from = Stamp::now();
         let call = self.mutex.renew(&token.as_str(), ttl);
         let replies = join_all(

@@ -5,14 +5,24 @@
 //!   connection, and the next call opens a new one: a connection that went silent without a
 //!   FIN or RST (a dead peer, a stateful firewall that forgot it) would otherwise swallow
 //!   every later request, and no library-level reconnect would notice.
+//! - **Never queued behind a call still waiting.** Replies come back in order, so a call sent
+//!   on a connection where an earlier one still waits could not be answered before it: it
+//!   opens a connection of its own, which becomes the one in use (a renewal started again
+//!   while the first may still answer, see `supervise/keeper.rs`). A connection that just
+//!   answered becomes the one in use again when the one in use is busy or gone: it is known
+//!   to work. Only the connection a failed or abandoned call was on is dropped, never one
+//!   that another call opened meanwhile.
 //! - **Scripts by hash, then by source.** A script goes as EVALSHA; on NOSCRIPT (a restart,
 //!   SCRIPT FLUSH, a failover) it goes once more as EVAL: one extra round trip instead of
-//!   NOSCRIPT, SCRIPT LOAD, EVALSHA inside a lease that may be short.
+//!   NOSCRIPT, SCRIPT LOAD, EVALSHA inside a lease that may be short. A call marked to go in
+//!   full (`ScriptCall::in_full`: renewals) goes as EVAL at once: it never pays that round
+//!   trip inside the lease.
 //! - **A write and its WAIT travel together.** WAIT counts acknowledgements of *this
 //!   connection's* writes; sent apart, it may land on a new connection with no writes and
 //!   answer "all replicas" at once. So it is pipelined behind the script it confirms.
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -30,7 +40,9 @@ pub struct Server {
     /// The URL with any password replaced by `***`, for messages.
     shown: String,
     /// The connection in use, if one is open and trusted.
-    conn: RefCell<Option<MultiplexedConnection>>,
+    conn: RefCell<Option<Open>>,
+    /// The number the next connection opened gets.
+    opened: Cell<u64>,
     /// A TLS server reached without a client certificate: a server that requires one
     /// (`tls-auth-clients yes`, Redis' default) just drops the connection after the
     /// handshake, so a failed connection says that this may be why.
@@ -84,6 +96,7 @@ impl Server {
             client,
             shown: shown.to_owned(),
             conn: RefCell::new(None),
+            opened: Cell::new(0),
             no_client_cert,
             no_ca,
             answered: Cell::new(false),
@@ -104,10 +117,12 @@ impl Server {
         }
     }
 
-    /// The open connection, or a new one.
-    async fn conn(&self, deadline: Instant) -> Result<MultiplexedConnection, RedisFailure> {
-        if let Some(conn) = self.conn.borrow().as_ref() {
-            return Ok(conn.clone());
+    /// The open connection, or a new one when there is none or a call still waits on it.
+    async fn conn(&self, deadline: Instant) -> Result<Open, RedisFailure> {
+        if let Some(open) = self.conn.borrow().as_ref()
+            && open.waiting.get() == 0
+        {
+            return Ok(open.clone());
         }
         // Replies are bounded per call here, not by the connection.
         let config = AsyncConnectionConfig::new()
@@ -118,8 +133,9 @@ impl Server {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| self.failure(&e).not_sent())?;
-        *self.conn.borrow_mut() = Some(conn.clone());
-        Ok(conn)
+        let open = Open::new(conn, self.opened.replace(self.opened.get() + 1));
+        *self.conn.borrow_mut() = Some(open.clone());
+        Ok(open)
     }
 
     /// `e` as a failure of this server; before any reply, a dropped TLS connection without a
@@ -144,9 +160,20 @@ impl Server {
         failure
     }
 
-    /// Drop the connection: the next call opens a new one.
-    fn forget(&self) {
-        self.conn.borrow_mut().take();
+    /// Drop connection `id` if it is the one in use: the next call opens a new one.
+    fn forget(&self, id: u64) {
+        let mut conn = self.conn.borrow_mut();
+        if conn.as_ref().is_some_and(|open| open.id == id) {
+            conn.take();
+        }
+    }
+
+    /// `open` just answered: it becomes the one in use if that is busy or gone.
+    fn answered_on(&self, open: &Open) {
+        let mut conn = self.conn.borrow_mut();
+        if conn.as_ref().is_none_or(|now| now.waiting.get() > 0) {
+            *conn = Some(open.clone());
+        }
     }
 
     /// Send `pipe` and return one reply per command (error replies included, as
@@ -166,38 +193,46 @@ impl Server {
         what: &str,
         deadline: Instant,
     ) -> Result<Vec<Value>, RedisFailure> {
+        // The connection the call was sent on, once it was.
+        let used: Cell<Option<u64>> = Cell::new(None);
         // A call abandoned half-way (its caller gave up on it: a renewal overtaken by the
-        // lease's end) leaves the connection in an unknown state too.
-        let abandoned = ForgetOnDrop(Some(self));
-        let sent = Cell::new(false);
+        // lease's end, or by another attempt that answered first) leaves its connection in an
+        // unknown state too.
+        let abandoned = ForgetOnDrop(Some((self, &used)));
         let call = async {
-            let mut conn = self.conn(deadline).await?;
-            sent.set(true);
+            let open = self.conn(deadline).await?;
+            let waiting = open.wait();
+            used.set(Some(open.id));
+            let mut conn = open.conn.clone();
             let replies = pipe
                 .query_async::<Vec<Value>>(&mut conn)
                 .await
                 .map_err(|e| self.failure(&e))?;
+            drop(waiting);
             self.answered.set(true);
+            self.answered_on(&open);
             Ok(replies)
         };
         let result = match tokio::time::timeout_at(deadline, call).await {
             Ok(result) => result,
-            Err(_) if sent.get() => Err(RedisFailure::timeout(&self.shown, what)),
+            Err(_) if used.get().is_some() => Err(RedisFailure::timeout(&self.shown, what)),
             Err(_) => Err(RedisFailure::timeout(&self.shown, "the connection attempt").not_sent()),
         };
         abandoned.disarm();
-        if let Err(e) = &result {
+        if let Err(e) = &result
+            && let Some(id) = used.get()
+        {
             // A timeout, a broken connection, a reply that could not be read: the
             // connection can no longer be trusted to carry the next request.
             if e.is_transient() || e.may_have_written() {
-                self.forget();
+                self.forget(id);
             }
         }
         result
     }
 
-    /// Run `call` (EVALSHA, then EVAL on NOSCRIPT) with, for `ack`, a WAIT behind it in the
-    /// same pipeline; everything within `within`.
+    /// Run `call` (EVALSHA, then EVAL on NOSCRIPT; EVAL at once for a call `in_full`) with,
+    /// for `ack`, a WAIT behind it in the same pipeline; everything within `within`.
     pub async fn script(
         &self,
         call: &ScriptCall,
@@ -207,7 +242,7 @@ impl Server {
     ) -> Result<ScriptReply, RedisFailure> {
         let deadline = deadline_in(within);
         let mut replies = self
-            .query_until(&with_wait(call.evalsha(), ack), what, deadline)
+            .query_until(&with_wait(call.first(), ack), what, deadline)
             .await?;
         if is_noscript(replies.first()) {
             replies = self
@@ -233,7 +268,7 @@ impl Server {
     ) -> Result<Confirmed, RedisFailure> {
         let deadline = deadline_in(within);
         let mut replies = self
-            .query_until(&confirmed(call.evalsha(), ack), what, deadline)
+            .query_until(&confirmed(call.first(), ack), what, deadline)
             .await?;
         if is_noscript(replies.first()) {
             replies = self
@@ -455,8 +490,41 @@ fn confirmed(cmd: redis::Cmd, ack: ReplicaAck) -> Pipeline {
     pipe
 }
 
-/// Drops the server's connection when a call is dropped before it finished.
-struct ForgetOnDrop<'a>(Option<&'a Server>);
+/// An open connection, the number it was opened under, and how many calls wait on it.
+#[derive(Clone)]
+struct Open {
+    conn: MultiplexedConnection,
+    id: u64,
+    waiting: Rc<Cell<u32>>,
+}
+
+impl Open {
+    fn new(conn: MultiplexedConnection, id: u64) -> Open {
+        Open {
+            conn,
+            id,
+            waiting: Rc::new(Cell::new(0)),
+        }
+    }
+
+    /// Counts a call as waiting on this connection until the guard is dropped.
+    fn wait(&self) -> Waiting {
+        self.waiting.set(self.waiting.get() + 1);
+        Waiting(self.waiting.clone())
+    }
+}
+
+/// A call waiting on a connection (see [`Open::wait`]).
+struct Waiting(Rc<Cell<u32>>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
+
+/// Drops the connection a call was sent on when the call is dropped before it finished.
+struct ForgetOnDrop<'a>(Option<(&'a Server, &'a Cell<Option<u64>>)>);
 
 impl ForgetOnDrop<'_> {
     fn disarm(mut self) {
@@ -466,8 +534,10 @@ impl ForgetOnDrop<'_> {
 
 impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some(server) = self.0 {
-            server.forget();
+        if let Some((server, used)) = self.0
+            && let Some(id) = used.get()
+        {
+            server.forget(id);
         }
     }
 }
