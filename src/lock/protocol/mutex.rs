@@ -408,7 +408,7 @@ mod tests {
         let renew = first(m.renew("tok", Duration::from_secs(3)));
         assert!(renew.contains("$4\r\nEVAL\r\n"), "{renew}");
         assert!(renew.contains("PEXPIRE"), "not the source: {renew}");
-        let release = first(m.release("tok", Duration::ZERO));
+        let release = first(m.release("tok", Duration::ZERO, None));
         assert!(release.contains("$7\r\nEVALSHA\r\n"), "{release}");
     }
 }
