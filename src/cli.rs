@@ -386,7 +386,6 @@ pub struct RunArgs {
         long,
         env = "REDLOCK_PING_OUTPUT",
         value_name = "N",
-        requires = "ping",
         help_heading = "Monitoring"
     )]
     pub ping_output: Option<u32>,

@@ -4,7 +4,8 @@
 //! command starts (it inherits them), and a thread per pipe copies everything to where the
 //! output went before, keeping the last lines. The command then writes to a pipe, not a
 //! terminal (as under runitor or `| tee`); the wrapper's own messages while it runs are among
-//! the lines kept. After the command, the wrapper takes its stdout and stderr back and gives
+//! the lines kept. Lines of the two streams are kept in the order they were read, which is
+//! the order they were written only when they were not written at the same moment. After the command, the wrapper takes its stdout and stderr back and gives
 //! the copying threads [`SETTLE`] to pass on what is left.
 
 use std::collections::VecDeque;

@@ -44,6 +44,9 @@ impl Settings {
             None => None,
         };
         let ping_output = run.ping_output.unwrap_or(0);
+        if ping.is_none() && run.ping_output.is_some() {
+            return Err("--ping-output needs --ping (the output goes with the final ping)".into());
+        }
         if ping_output > MOST_OUTPUT_LINES {
             return Err(format!(
                 "--ping-output {ping_output} is too many lines: use at most {MOST_OUTPUT_LINES}"
