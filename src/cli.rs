@@ -39,6 +39,14 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "redlock-run --key deploy:prod --wait 10m -c './deploy.sh && ./smoke.sh'",
     ),
     (
+        "watched: node_exporter textfile metrics (alert when no host succeeded in 26 hours: \
+         time() - redlock_run_last_success_timestamp_seconds > 26*3600) and a healthchecks.io \
+         check (/start, success or /<exit code>; busy hosts send only /log)",
+        "redlock-run --key settle --once-per day --wait 10m \
+         --metrics-file /var/lib/node_exporter/textfile/redlock.prom \
+         --ping https://hc-ping.com/YOUR-UUID -- ./batch.sh",
+    ),
+    (
         "who holds it, and how did its last run end?",
         "redlock-run status --key deploy:prod",
     ),
