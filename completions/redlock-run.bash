@@ -64,8 +64,8 @@ _redlock_run() {
         short_values='kr'
         ;;
     *)
-        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
-        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --log-format '
+        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --metrics-file --ping --ping-output --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
+        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format '
         short_values='krtwEc'
         ;;
     esac
@@ -141,6 +141,7 @@ _redlock_run() {
         --tls-ca-cert) ;; # file names (complete -o default)
         --tls-cert) ;; # file names (complete -o default)
         --tls-key) ;; # file names (complete -o default)
+        --metrics-file) ;; # file names (complete -o default)
         --log-format) _redlock_run_reply -W 'text json' -- "$cur" ;;
         *) compopt +o default +o bashdefault 2>/dev/null ;; # free text
         esac

@@ -31,7 +31,7 @@ function __fish_redlock_run_state
                 return
             case '--*=*'
             case '--*'
-                if contains -- $w --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --log-format
+                if contains -- $w --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format
                     test $i -eq $n; and echo value; and return
                     set i (math $i + 1)
                 end
@@ -131,6 +131,9 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -l min-replicas
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l replica-timeout -x -d 'How long to wait for --min-replicas acknowledgements'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s c -l command -x -d 'Run SHELL_STRING with /bin/sh -c instead of a COMMAND after --'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l record-args -d 'Show the command\'s arguments in the holder record (see status) and in messages. Off: the program name only, as anyone who can read Redis can read the record'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l metrics-file -r -F -d 'After every run, write its metrics for Prometheus to FILE (node_exporter textfile format, replaced atomically; several keys may share one file)'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l ping -x -d 'Ping a cron monitor (healthchecks.io protocol): URL/start when the command starts, URL on success, URL/<exit code> on failure, URL/log for a busy or skipped run'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l ping-output -x -d 'Send the last N lines of the command\'s output (stdout and stderr) with the final ping [default: none]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s q -l quiet -d 'Print nothing for a busy lock'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s v -l verbose -d 'Report the acquire, renewals and the release'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'

@@ -39,6 +39,14 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "redlock-run --key deploy:prod --wait 10m -c './deploy.sh && ./smoke.sh'",
     ),
     (
+        "watched: node_exporter textfile metrics (alert when no host succeeded in 26 hours: \
+         time() - redlock_run_last_success_timestamp_seconds > 26*3600) and a healthchecks.io \
+         check (/start, success or /<exit code>; busy hosts send only /log)",
+        "redlock-run --key settle --once-per day --wait 10m \
+         --metrics-file /var/lib/node_exporter/textfile/redlock.prom \
+         --ping https://hc-ping.com/YOUR-UUID -- ./batch.sh",
+    ),
+    (
         "who holds it, and how did its last run end?",
         "redlock-run status --key deploy:prod",
     ),
@@ -359,6 +367,37 @@ pub struct RunArgs {
           value_parser = parse_switch, help_heading = "Command")]
     pub record_args: bool,
 
+    /// After every run, write its metrics for Prometheus to FILE (node_exporter textfile
+    /// format, replaced atomically; several keys may share one file).
+    #[arg(
+        long,
+        env = "REDLOCK_METRICS_FILE",
+        value_name = "FILE",
+        help_heading = "Monitoring"
+    )]
+    pub metrics_file: Option<PathBuf>,
+
+    /// Ping a cron monitor (healthchecks.io protocol): URL/start when the command starts, URL
+    /// on success, URL/<exit code> on failure, URL/log for a busy or skipped run.
+    #[arg(
+        long,
+        env = "REDLOCK_PING",
+        value_name = "URL",
+        hide_env_values = true,
+        help_heading = "Monitoring"
+    )]
+    pub ping: Option<String>,
+
+    /// Send the last N lines of the command's output (stdout and stderr) with the final ping
+    /// [default: none].
+    #[arg(
+        long,
+        env = "REDLOCK_PING_OUTPUT",
+        value_name = "N",
+        help_heading = "Monitoring"
+    )]
+    pub ping_output: Option<u32>,
+
     /// The command to run and its arguments, after --.
     #[arg(value_name = "COMMAND", trailing_var_arg = true, help_heading = "Command",
           action = ArgAction::Append)]
@@ -578,6 +617,7 @@ mod tests {
             "Busy lock:",
             "Command:",
             "Run record:",
+            "Monitoring:",
             "Messages:",
         ] {
             assert!(

@@ -62,6 +62,8 @@ pub struct RunConfig {
     pub once_per: Option<OncePer>,
     /// Exit code of a run that `--once-per` skipped.
     pub done_exit_code: u8,
+    /// `--metrics-file`, `--ping`, `--ping-output` (checked in `observe`).
+    pub observe: crate::observe::Settings,
 }
 
 /// `--once-per PERIOD` in `--timezone`.
@@ -278,6 +280,7 @@ impl RunConfig {
         }
         let zone = crate::period::zone(run.timezone.as_deref()).map_err(usage)?;
         let once_per = run.once_per.map(|period| OncePer { period, zone });
+        let observe = crate::observe::Settings::from_args(run).map_err(usage)?;
         let mut target = target_from_args(conn)?;
         target.limit = run.limit;
         if matches!(target.endpoint, Endpoint::Quorum(_)) {
@@ -311,6 +314,7 @@ impl RunConfig {
             command,
             once_per,
             done_exit_code: run.done_exit_code,
+            observe,
         })
     }
 }

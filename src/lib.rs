@@ -12,6 +12,8 @@
 //! status.rs        the `status` and `forget` subcommands (the lock and its run record)
 //! process/         the command as processes: group, cgroup, whole tree, signals, terminal
 //! config.rs        flags and environment -> checked settings, before anything runs
+//! observe/         --metrics-file (Prometheus textfile), --ping (cron monitors, with its
+//!                  HTTP/1.1 client) and --ping-output's capture of the command's output
 //! period.rs        --once-per: where the current period began (calendar or rolling, in a
 //!                  time zone, on the server's clock)
 //! report/          stderr messages, text or JSON, from a writer thread of their own
@@ -32,6 +34,7 @@ mod config;
 mod exit;
 mod lease;
 mod lock;
+mod observe;
 mod period;
 mod process;
 mod report;

@@ -32,7 +32,24 @@ struct JsonLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<&'a str>,
     pid: u32,
+    /// The `finished` event's numbers.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    run: Option<&'a RunFields>,
     message: &'a str,
+}
+
+/// What the `finished` event adds for a log pipeline: how the run ended, its exit code, how
+/// long it took (from the command's start, or the wrapper's if it never started), how long
+/// it waited for the lock, and its fence.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunFields {
+    pub outcome: &'static str,
+    pub exit_code: u8,
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -110,6 +127,20 @@ impl Reporter {
         }
     }
 
+    /// The end of a run, with its numbers (`RunFields`) in JSON. Only with --verbose.
+    pub fn finished(&self, msg: impl Display, fields: &RunFields) {
+        if self.verbose {
+            self.waiting_done();
+            let line = match self.format {
+                LogFormat::Text => format!("redlock-run: {}\n", one_line(&msg.to_string())),
+                LogFormat::Json => {
+                    self.json_line_with(Level::Info, "finished", &msg.to_string(), Some(fields))
+                }
+            };
+            sink::send(line.into_bytes());
+        }
+    }
+
     /// Worth a line even without --verbose (the start of a wait in a CI log); silent under
     /// --quiet, and left to the live line on a terminal.
     pub fn notice(&self, event: &str, msg: impl Display) {
@@ -173,12 +204,23 @@ impl Reporter {
     }
 
     fn json_line(&self, level: Level, event: &str, msg: &str) -> String {
+        self.json_line_with(level, event, msg, None)
+    }
+
+    fn json_line_with(
+        &self,
+        level: Level,
+        event: &str,
+        msg: &str,
+        run: Option<&RunFields>,
+    ) -> String {
         let line = JsonLine {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             level,
             event,
             key: self.key.as_deref(),
             pid: std::process::id(),
+            run,
             message: msg,
         };
         // Cannot fail: plain fields, no maps with non-string keys.

@@ -23,6 +23,7 @@ mod backoff;
 mod hold;
 mod keeper;
 mod messages;
+mod observe;
 mod once;
 mod outcome;
 mod shared;
@@ -39,6 +40,7 @@ use crate::report::Reporter;
 
 use acquire::Acquirer;
 use messages::{show, show_ms, tell};
+use observe::Observer;
 use outcome::{Outcome, ReleaseResult, Under, exit_for};
 use shared::{Run, beside};
 
@@ -55,14 +57,18 @@ pub struct RunEnd {
 }
 
 pub async fn run(cfg: &RunConfig, report: &Reporter) -> RunEnd {
-    let (outcome, at_terminal) = run_outcome(cfg, report).await;
+    let observer = Observer::new(cfg);
+    let (outcome, at_terminal) = run_outcome(cfg, report, &observer).await;
+    let ending = exit_for(&outcome);
+    // After the release: --metrics-file, the final --ping, the `finished` event.
+    observer.finish(&outcome, ending, report);
     RunEnd {
-        ending: exit_for(&outcome),
+        ending,
         at_terminal,
     }
 }
 
-async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
+async fn run_outcome(cfg: &RunConfig, report: &Reporter, obs: &Observer<'_>) -> (Outcome, bool) {
     let mut signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
@@ -101,8 +107,12 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     };
     let held = match acquirer.acquire(prepare, &mut signals).await {
         Ok(held) => held,
-        Err(ending) => return (Outcome::NotHeld(ending), false),
+        Err(ending) => {
+            obs.read_record(&lock).await;
+            return (Outcome::NotHeld(ending), false);
+        }
     };
+    obs.acquired(held.fence, held.waited);
     report.info(
         "acquired",
         format_args!(
@@ -122,6 +132,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
         match done {
             Ok(None) => {}
             Ok(Some((last, now_ms))) => {
+                obs.last_success(last.ended_ms);
                 report.skipped(once::skipped_text(lock.name(), once, &last, now_ms));
                 return (Outcome::NotHeld(Ending::Done(cfg.done_exit_code)), false);
             }
@@ -139,6 +150,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
         }
     }
     let tree = tree.unwrap_or_else(Tree::new);
+    obs.starting(report);
     let spawned = Stamp::now();
     let held_end = run.hold(&held.token, &held, tree, &mut signals).await;
     let under = held_end.under;
@@ -164,6 +176,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter) -> (Outcome, bool) {
     let release = beside(releasing, || drop(held_end.emptied)).await;
     let outcome = Outcome::Held { under, release };
     tell(cfg, lock.name(), &outcome, keep, report);
+    obs.read_record(&lock).await;
     (outcome, held_end.at_terminal)
 }
 

@@ -32,6 +32,11 @@
 //!   and last success, `--once-per` (a skip, a failure does not count, five waiters run once,
 //!   a calendar day boundary in two zones), `forget`, `--limit`, `--hold-at-least`, and on
 //!   Sentinel, Cluster and Redlock (the newest record by fence).
+//! - `observe`: issue 23: `--metrics-file` read by a strict exposition-format parser (and
+//!   `prometheus_client` when installed) after failed, successful, skipped and busy runs, two
+//!   keys in one file under a reader that never sees half a file; `--ping` against a local
+//!   HTTP server (the pings in order, `/log` for busy, no output without `--ping-output`), a
+//!   monitor that refuses or never answers; bad paths and URLs exit 2 before Redis.
 //! - `split_keys`: a lock's keys split between the two nodes of a stalled slot migration for
 //!   longer than a lease (a lost `--limit` key is written again by the next renewal), and a
 //!   slot moved key by key there and back under contention.
@@ -90,6 +95,7 @@ mod harness;
 mod lease;
 mod limit;
 mod network;
+mod observe;
 mod options;
 mod proxy;
 mod queue;

@@ -1,0 +1,308 @@
+//! `--ping URL`: the healthchecks.io pinging protocol, which self-hosted monitors
+//! (Healthchecks, and the tools that copy its API) speak too. Every ping is a POST; all pings
+//! of one run carry the same `rid` (run id), so the monitor pairs a start with its end even
+//! when runs overlap (`--limit`):
+//!
+//! | when | ping |
+//! | --- | --- |
+//! | the command is about to start | `URL/start` |
+//! | it exited 0 under its lease | `URL` |
+//! | it failed, was killed, timed out, lost its lock, could not start | `URL/<exit code>` (1-255) |
+//! | busy, skipped (`--once-per`), Redis unreachable, interrupted before the start | `URL/log` |
+//!
+//! `/log` changes nothing on the monitor (it only appears in the check's log): the N-1 hosts
+//! of a cron job that find the lock busy must not end the run the holder reported started,
+//! and must not count as a success that never happened (as runitor, which always reports
+//! its command's exit, would have them do). Their body says why nothing ran.
+//!
+//! **Bounded.** Pings are sent by a thread of their own, one after the other (the start
+//! before the end): the supervisor only hands them over. The start is never waited for. After
+//! the run (the lock released), the wrapper waits at most [`EXIT_BOUND`] for the pings still
+//! on their way; each has [`REQUEST_TIMEOUT`] for connecting, sending and its reply. A monitor
+//! that is down, slow or refusing is a warning, never another exit code.
+
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+
+use super::http::{self, Scheme};
+use super::{Outcome, Run};
+
+/// Each ping's bound: connect (the name resolved), send, and the reply's status line.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest the exit waits for pings still on their way once the run is over.
+pub const EXIT_BOUND: Duration = Duration::from_secs(5);
+
+/// The longest body sent: healthchecks.io keeps the first 100 kB of a ping's body.
+pub const MOST_BODY: usize = 10_000;
+
+/// `--ping URL`, checked: where to connect, and the path the suffixes go after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PingUrl {
+    pub scheme: Scheme,
+    pub host: String,
+    pub port: u16,
+    /// Without a trailing slash (`""` for the root).
+    pub path: String,
+    /// Without the `?` (`""` for none).
+    pub query: String,
+}
+
+impl PingUrl {
+    pub fn parse(url: &str) -> Result<PingUrl, String> {
+        let url = url.trim();
+        let (scheme, rest) = if let Some(rest) = url.strip_prefix("https://") {
+            (Scheme::Https, rest)
+        } else if let Some(rest) = url.strip_prefix("http://") {
+            (Scheme::Http, rest)
+        } else {
+            return Err("give an http:// or https:// URL".to_owned());
+        };
+        if scheme == Scheme::Https && !http::HAS_TLS {
+            return Err(
+                "https:// needs TLS, which this build of redlock-run leaves out (feature tls)"
+                    .to_owned(),
+            );
+        }
+        let rest = rest.split('#').next().unwrap_or_default();
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        if authority.contains('@') {
+            return Err("a user or password in the URL is not supported".to_owned());
+        }
+        let (host, port) = split_host_port(authority, scheme)?;
+        let (path, query) = match tail.split_once('?') {
+            Some((p, q)) => (p, q),
+            None => (tail, ""),
+        };
+        if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("the URL holds a space or a control character".to_owned());
+        }
+        Ok(PingUrl {
+            scheme,
+            host,
+            port,
+            path: path.trim_end_matches('/').to_owned(),
+            query: query.to_owned(),
+        })
+    }
+
+    /// The request target for `suffix` (`""`, `/start`, `/3`, `/log`) with the run id.
+    pub fn target(&self, suffix: &str, rid: &str) -> String {
+        let sep = if self.query.is_empty() { "" } else { "&" };
+        format!(
+            "{}{suffix}?{}{sep}rid={rid}",
+            self.path_or_root(),
+            self.query
+        )
+    }
+
+    fn path_or_root(&self) -> &str {
+        if self.path.is_empty() && !self.query.is_empty() {
+            ""
+        } else {
+            &self.path
+        }
+    }
+
+    /// For messages: the monitor's address without the path, which holds the check's secret
+    /// (anyone who knows it can ping).
+    pub fn shown(&self) -> String {
+        let scheme = match self.scheme {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        };
+        format!("{scheme}://{}/...", self.host_port())
+    }
+
+    pub fn host_port(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        match (self.scheme, self.port) {
+            (Scheme::Http, 80) | (Scheme::Https, 443) => host,
+            (_, port) => format!("{host}:{port}"),
+        }
+    }
+}
+
+fn split_host_port(authority: &str, scheme: Scheme) -> Result<(String, u16), String> {
+    let default = match scheme {
+        Scheme::Http => 80,
+        Scheme::Https => 443,
+    };
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or("an IPv6 address lacks its ']'")?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("the URL names no host".to_owned());
+    }
+    let port = match port {
+        None => default,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("bad port {p:?}"))?,
+    };
+    Ok((host.to_owned(), port))
+}
+
+/// The suffix of a run's final ping: `""` (success), `/<exit code>`, or `/log`.
+pub fn final_suffix(run: &Run) -> String {
+    match run.outcome {
+        Outcome::Succeeded => String::new(),
+        // A failure that exited 0 still reports one.
+        o if o.ran() => format!("/{}", run.exit_code.max(1)),
+        _ => "/log".to_owned(),
+    }
+}
+
+/// One ping as sent, and how it went.
+struct Sent {
+    what: String,
+    result: Result<u16, String>,
+}
+
+/// The pings of one run, sent by a thread of their own (started with the first ping).
+pub struct Pinger {
+    url: PingUrl,
+    rid: String,
+    tx: Option<Sender<(String, Vec<u8>)>>,
+    done: Option<Receiver<Sent>>,
+    sent: usize,
+}
+
+impl Pinger {
+    pub fn new(url: PingUrl) -> Pinger {
+        Pinger {
+            url,
+            rid: uuid::Uuid::new_v4().to_string(),
+            tx: None,
+            done: None,
+            sent: 0,
+        }
+    }
+
+    /// Hand a ping to the thread; never blocks.
+    pub fn send(&mut self, suffix: &str, body: Vec<u8>) {
+        if self.tx.is_none() {
+            let (tx, rx) = channel::<(String, Vec<u8>)>();
+            let (done_tx, done_rx) = channel::<Sent>();
+            let url = self.url.clone();
+            let started = std::thread::Builder::new()
+                .name("ping".into())
+                .spawn(move || {
+                    for (target, body) in rx {
+                        let deadline = Instant::now() + REQUEST_TIMEOUT;
+                        let result = http::post(&url, &target, &body, deadline);
+                        let what = target.split('?').next().unwrap_or_default().to_owned();
+                        if done_tx.send(Sent { what, result }).is_err() {
+                            return;
+                        }
+                    }
+                });
+            if started.is_err() {
+                return;
+            }
+            self.tx = Some(tx);
+            self.done = Some(done_rx);
+        }
+        let target = self.url.target(suffix, &self.rid);
+        if let Some(tx) = &self.tx
+            && tx.send((target, body)).is_ok()
+        {
+            self.sent += 1;
+        }
+    }
+
+    /// Wait at most `within` for the pings on their way; the warnings to say.
+    pub fn finish(self, within: Duration) -> Vec<String> {
+        let Pinger {
+            url,
+            tx,
+            done,
+            sent,
+            ..
+        } = self;
+        drop(tx);
+        let Some(done) = done else {
+            return Vec::new();
+        };
+        let until = Instant::now() + within;
+        let mut warnings = Vec::new();
+        let mut answered = 0;
+        while answered < sent {
+            let left = until.saturating_duration_since(Instant::now());
+            let Ok(s) = done.recv_timeout(left) else {
+                break;
+            };
+            answered += 1;
+            let what = match s.what.strip_prefix(&url.path) {
+                Some("") => "the success ping".to_owned(),
+                Some(suffix) => format!("the {suffix} ping"),
+                None => "a ping".to_owned(),
+            };
+            match s.result {
+                Ok(status) if (200..300).contains(&status) => {}
+                Ok(status) => warnings.push(format!(
+                    "the monitor at {} answered {what} with HTTP {status}",
+                    url.shown()
+                )),
+                Err(e) => warnings.push(format!(
+                    "could not send {what} to the monitor at {}: {e}",
+                    url.shown()
+                )),
+            }
+        }
+        if answered < sent {
+            warnings.push(format!(
+                "the monitor at {} did not answer {} ping{} within {}; not waiting longer",
+                url.shown(),
+                sent - answered,
+                if sent - answered == 1 { "" } else { "s" },
+                humantime::format_duration(within)
+            ));
+        }
+        warnings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_their_path_and_query() {
+        let u = PingUrl::parse("https://hc-ping.com/abc-123/").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("hc-ping.com", 443, "/abc-123")
+        );
+        assert_eq!(u.target("/start", "R"), "/abc-123/start?rid=R");
+        assert_eq!(u.target("", "R"), "/abc-123?rid=R");
+        let q = PingUrl::parse("http://[::1]:8000/ping/key/slug?create=1#x").unwrap();
+        assert_eq!((q.host.as_str(), q.port), ("::1", 8000));
+        assert_eq!(q.target("/3", "R"), "/ping/key/slug/3?create=1&rid=R");
+        assert_eq!(q.shown(), "http://[::1]:8000/...");
+        for bad in [
+            "ftp://x",
+            "http://",
+            "http://h:0/",
+            "http://h:99999/",
+            "http://u:p@h/",
+            "x",
+            "http://h/a b",
+        ] {
+            assert!(PingUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
