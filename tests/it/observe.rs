@@ -585,9 +585,10 @@ fn pings_for_success_failure_signal_and_busy() {
     redis.cli(&["DEL", "redlock:pinged"]);
 
     // Asked for: the last lines of the output, stdout and stderr (in the order read: the
-    // pause keeps the two streams apart).
+    // pauses keep the two streams apart; lines written at the same moment may be read in
+    // either order).
     run(
-        "echo line-1; echo line-2 >&2; sleep 0.3; echo line-3; echo line-4; exit 4",
+        "echo line-1; sleep 0.3; echo line-2 >&2; sleep 0.3; echo line-3; echo line-4; exit 4",
         &["--ping-output", "3"],
     )
     .expect_code(4);
