@@ -25,7 +25,12 @@ fn commands(redis: &RedisServer) -> Vec<(String, u64)> {
         .lines()
         .filter_map(|line| {
             let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
             (!name.starts_with("config") && !name.starts_with("info"))
                 .then(|| (name.to_owned(), calls))
         })
@@ -86,7 +91,11 @@ fn served_in_order(dir: &Path, n: usize) -> f64 {
         })
         .collect();
     let served: Vec<usize> = runs.iter().map(|r| r.0).collect();
-    assert_eq!(served, (1..=n).collect::<Vec<_>>(), "not served in arrival order");
+    assert_eq!(
+        served,
+        (1..=n).collect::<Vec<_>>(),
+        "not served in arrival order"
+    );
     let mut gaps: Vec<f64> = runs
         .windows(2)
         .map(|w| (w[1].1 - w[0].1) as f64 / 1e6)
@@ -202,5 +211,8 @@ fn two_hundred_waiters_run_in_arrival_order() {
     let gap = served_in_order(dir.path(), n);
     // Woken by each release: a head that found the lock by its poll alone would start
     // 125-250 ms after the release, a waiter behind it a second later.
-    assert!(gap < 100.0, "median handoff gap {gap:.1} ms ({n} handoffs in {took:?})");
+    assert!(
+        gap < 100.0,
+        "median handoff gap {gap:.1} ms ({n} handoffs in {took:?})"
+    );
 }

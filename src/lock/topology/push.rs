@@ -50,10 +50,7 @@ pub fn resp3(info: &redis::ConnectionInfo) -> redis::ConnectionInfo {
 /// unknown command, no permission), not the network: then RESP2 and a pub/sub connection
 /// are used instead.
 pub fn refused(e: &redis::RedisError) -> bool {
-    !(e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal())
+    !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal())
 }
 
 /// The payloads published on `channel`, as release notices.

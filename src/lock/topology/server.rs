@@ -138,17 +138,17 @@ impl Server {
     /// `None` for a plain connection: nobody reads notices, the server refused RESP3 (never
     /// asked again) or the subscription. A network failure is the connection's: it is not
     /// tried twice.
-    async fn pushed(
-        &self,
-        config: &AsyncConnectionConfig,
-    ) -> Option<MultiplexedConnection> {
+    async fn pushed(&self, config: &AsyncConnectionConfig) -> Option<MultiplexedConnection> {
         let (channel, sender) = match self.push.borrow().as_ref() {
             Some(push) if push.wanted() => (push.channel.clone(), push.sender.clone()),
             _ => return None,
         };
         let client = self.resp3.borrow().clone()?;
         let config = config.clone().set_push_sender(sender);
-        let mut conn = match client.get_multiplexed_async_connection_with_config(&config).await {
+        let mut conn = match client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+        {
             Ok(conn) => conn,
             Err(e) if push::refused(&e) => {
                 self.resp3.borrow_mut().take();
