@@ -62,7 +62,10 @@ pub fn notices(channel: String, receiver: UnboundedReceiver<PushInfo>) -> Releas
     .filter_map(move |push| {
         let payload = payload(&channel, push);
         async move { payload }
-    });
+    })
+    // The end (every connection that carried the subscription gone, and none to come) is
+    // asked for again by every later wait: it must stay the end.
+    .fuse();
     ReleaseNotices::new((), payloads)
 }
 

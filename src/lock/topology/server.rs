@@ -328,11 +328,18 @@ impl Server {
         if self.resp3.borrow().is_some() {
             let (push, receiver) = Push::new(channel);
             *self.push.borrow_mut() = Some(push);
-            // The next connection is the one that carries the notices.
-            self.forget();
+            // The connection that carries the notices replaces the command connection once
+            // it is made, not before: a server that cannot be reached again keeps the one
+            // that works.
             let deadline = deadline_in(within);
-            let connected = tokio::time::timeout_at(deadline, self.conn(deadline)).await;
-            if matches!(connected, Ok(Ok(_))) && self.push.borrow().is_some() {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(within))
+                .set_response_timeout(None);
+            let pushed = tokio::time::timeout_at(deadline, self.pushed(&config)).await;
+            if let Ok(Some(conn)) = pushed
+                && self.push.borrow().is_some()
+            {
+                *self.conn.borrow_mut() = Some(conn);
                 return Some(push::notices(channel.to_owned(), receiver));
             }
             self.push.borrow_mut().take();
