@@ -1,11 +1,11 @@
 //! Release notices on the command connection: RESP3 push (Redis 6 and later), so that a
 //! waiter holds one connection, not two (a command connection and a pub/sub one).
 //!
-//! A `Server` asked to subscribe replaces its command connection by a RESP3 one that carries
-//! the subscription, and subscribes again on every connection it opens while the notices are
-//! read (`Push::wanted`). A server that refuses `HELLO 3` (Redis 5, a proxy, an ACL without
-//! it) gets the separate pub/sub connection of old; so does one whose RESP3 connection
-//! cannot subscribe.
+//! A `Server` asked to subscribe opens a RESP3 connection that carries the subscription and,
+//! once it is up, makes it its command connection. When that connection is dropped (a
+//! timeout, an error) the notices end and the wait polls, as when a pub/sub connection broke.
+//! A server that refuses `HELLO 3` (Redis 5, a proxy, an ACL without it) gets the separate
+//! pub/sub connection of old.
 
 use futures_util::{StreamExt, stream};
 use redis::{PushInfo, PushKind, Value};
@@ -30,8 +30,7 @@ impl Push {
         (push, receiver)
     }
 
-    /// Whether anyone still reads the notices (a run that got the lock dropped them): only
-    /// then is a new connection subscribed.
+    /// Whether anyone still reads the notices (a waiter that gave up dropped them).
     pub fn wanted(&self) -> bool {
         !self.sender.is_closed()
     }

@@ -122,22 +122,18 @@ impl Server {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(deadline.saturating_duration_since(Instant::now())))
             .set_response_timeout(None);
-        let conn = match self.pushed(&config).await {
-            Some(conn) => conn,
-            None => self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .map_err(|e| self.failure(&e).not_sent())?,
-        };
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| self.failure(&e).not_sent())?;
         *self.conn.borrow_mut() = Some(conn.clone());
         Ok(conn)
     }
 
-    /// While release notices are read (`push`), a RESP3 connection subscribed to them;
-    /// `None` for a plain connection: nobody reads notices, the server refused RESP3 (never
-    /// asked again) or the subscription. A network failure is the connection's: it is not
-    /// tried twice.
+    /// A RESP3 connection subscribed to the release notices (`push`); `None` if it could
+    /// not be made: the server refused RESP3 (never asked again; `resp3` is then `None`),
+    /// refused the subscription, or the network failed.
     async fn pushed(&self, config: &AsyncConnectionConfig) -> Option<MultiplexedConnection> {
         let (channel, sender) = match self.push.borrow().as_ref() {
             Some(push) if push.wanted() => (push.channel.clone(), push.sender.clone()),
@@ -186,9 +182,13 @@ impl Server {
         failure
     }
 
-    /// Drop the connection: the next call opens a new one.
+    /// Drop the connection: the next call opens a new one. The release notices it carried
+    /// end with it, and the wait polls: a new connection is not subscribed again, as a
+    /// pub/sub connection that broke was not renewed either, and on a server that is slow to
+    /// answer a handshake (HELLO, SUBSCRIBE) would only delay the next attempt.
     fn forget(&self) {
         self.conn.borrow_mut().take();
+        self.push.borrow_mut().take();
     }
 
     /// Send `pipe` and return one reply per command (error replies included, as
