@@ -133,7 +133,9 @@ if everywhere then
   local written = redis.pcall('HSET', holder, unpack(info))
   if type(written) == 'table' then
     if not string.find(written.err or '', 'WRONGTYPE', 1, true) then
-      return written
+      -- Any other refusal (a read-only replica, no permission) stops the script as it
+      -- would have without the pcall, before any write.
+      redis.call('HSET', holder, unpack(info))
     end
     redis.call('DEL', holder)
     redis.call('HSET', holder, unpack(info))
