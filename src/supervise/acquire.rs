@@ -16,13 +16,24 @@ use super::shared::{Held, RENEW_RETRY, Run, beside};
 /// With -v, how often a wait that goes on is logged (stderr not a terminal).
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);
 
+/// A waiter further from the head of the queue than `--limit` places cannot take the lock
+/// before those ahead of it have: it attempts about once a second, only to keep its place
+/// and to learn when it has moved up (a release wakes the head alone, see
+/// `ReleaseNotices::next_for`). Those at the head poll quicker (`backoff`), as a fallback
+/// for a holder that expires without releasing, or a notice that never came.
+pub(super) const BEHIND_POLL: Duration = Duration::from_secs(1);
+
+/// Spread added to `BEHIND_POLL`, so that waiters that arrived together do not poll in step.
+const BEHIND_POLL_SPREAD: Duration = Duration::from_millis(200);
+
 /// A waiter's place is kept this long beyond the longest attempt (`--connect-timeout`, plus
-/// the replicas' wait with `--min-replicas`); waiters pause at most `backoff::BACKOFF_CAP`
-/// (250 ms) between attempts.
-const PLACE_KEPT_BEYOND_AN_ATTEMPT: Duration = Duration::from_secs(1);
+/// the replicas' wait with `--min-replicas`): longer than the longest pause between two
+/// attempts (`BEHIND_POLL` and its spread; `backoff::BACKOFF_CAP` at the head), with 800 ms
+/// to spare.
+const PLACE_KEPT_BEYOND_AN_ATTEMPT: Duration = Duration::from_secs(2);
 
 /// The least time a waiter's place is kept.
-const PLACE_KEPT_AT_LEAST: Duration = Duration::from_secs(2);
+const PLACE_KEPT_AT_LEAST: Duration = Duration::from_millis(2500);
 
 /// Bound on leaving the waiters' queue when giving up: short, as the run is ending anyway
 /// and the place expires by itself.
@@ -207,7 +218,7 @@ impl<'a, L: Lock> Acquirer<'a, L> {
                         // The holder may have released while we subscribed: try again at once.
                         continue;
                     }
-                    let nap = backoff.pause().min(left);
+                    let nap = pause_when_busy(&holder, cfg.target.limit, &mut backoff).min(left);
                     tokio::select! {
                         () = tokio::time::sleep(nap) => {}
                         () = async {
@@ -249,8 +260,55 @@ impl<'a, L: Lock> Acquirer<'a, L> {
     }
 }
 
+/// The pause before the next attempt on a busy lock: about a second for a waiter that is more
+/// than `limit` places from the head (it keeps its place and cannot go first), the backoff
+/// for the others (at the head, or not queued at all: Redlock, a queue out of reach).
+fn pause_when_busy(holder: &Holder, limit: u32, backoff: &mut Backoff) -> Duration {
+    if holder.place > u64::from(limit.max(1)) {
+        BEHIND_POLL + backoff.spread(BEHIND_POLL_SPREAD)
+    } else {
+        backoff.pause()
+    }
+}
+
 fn hostname() -> String {
     nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(place: u64) -> Holder {
+        Holder {
+            place,
+            queued: 10,
+            ..Holder::default()
+        }
+    }
+
+    #[test]
+    fn only_the_head_polls_quickly() {
+        let mut backoff = Backoff::new(7);
+        for _ in 0..50 {
+            let behind = pause_when_busy(&at(2), 1, &mut backoff);
+            assert!(behind >= BEHIND_POLL, "{behind:?}");
+            assert!(behind <= BEHIND_POLL + BEHIND_POLL_SPREAD, "{behind:?}");
+            assert!(pause_when_busy(&at(1), 1, &mut backoff) < BEHIND_POLL);
+            // Not queued (Redlock): polls as before.
+            assert!(pause_when_busy(&at(0), 1, &mut backoff) < BEHIND_POLL);
+            // With --limit 3 the first three places may take a permit.
+            assert!(pause_when_busy(&at(3), 3, &mut backoff) < BEHIND_POLL);
+            assert!(pause_when_busy(&at(4), 3, &mut backoff) >= BEHIND_POLL);
+        }
+    }
+
+    #[test]
+    fn a_place_outlives_the_longest_pause() {
+        let longest_pause = BEHIND_POLL + BEHIND_POLL_SPREAD;
+        assert!(PLACE_KEPT_BEYOND_AN_ATTEMPT > longest_pause + Duration::from_millis(500));
+        assert!(PLACE_KEPT_AT_LEAST > longest_pause + Duration::from_millis(500));
+    }
 }

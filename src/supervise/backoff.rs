@@ -26,14 +26,19 @@ impl Backoff {
 
     /// Somewhere between half and all of the current step; the step doubles up to the cap.
     pub fn pause(&mut self) -> Duration {
+        let step = self.step;
+        self.step = (self.step * 2).min(BACKOFF_CAP);
+        let half = step / 2;
+        half + self.spread(half)
+    }
+
+    /// Somewhere between zero and `max`, from the same random sequence.
+    pub fn spread(&mut self, max: Duration) -> Duration {
         // xorshift64: spreads wrappers that started together; not for secrets.
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
-        let step = self.step;
-        self.step = (self.step * 2).min(BACKOFF_CAP);
-        let half = step / 2;
-        half + Duration::from_nanos(self.rng % (half.as_nanos() as u64 + 1))
+        Duration::from_nanos(self.rng % (max.as_nanos() as u64 + 1))
     }
 }
 

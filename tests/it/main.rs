@@ -78,6 +78,8 @@
 //! - `spawn_modes`: the command starts the same born in its cgroup (clone3) or forked and
 //!   joining it (`REDLOCK_NO_CLONE3=1`): signal mask, PATH search, duplicate variables.
 //! - `proxy`: the TCP fault proxy (latency, hold, discard, blackhole, refuse, freeze, reset).
+//! - `wait_cost`: what waiting and a run cost the server: calls a second and connections per
+//!   waiter, commands per uncontended run, 200 waiters in arrival order (`--ignored`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -115,3 +117,4 @@ mod terminal;
 mod tls;
 mod tree;
 mod usage;
+mod wait_cost;

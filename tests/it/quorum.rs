@@ -536,8 +536,15 @@ fn late_acquire_attempt() -> bool {
         secs(10),
         "the waiter connected through both proxies",
         || {
-            // Its data connection and its release-notice subscription.
-            proxies.iter().all(|p| p.connections() >= 2)
+            // Its data connection, which also carries its release-notice subscription
+            // (RESP3), made on its first busy reply.
+            [0, 2].iter().all(|&i| {
+                nodes.servers[i]
+                    .cli(&["PUBSUB", "NUMSUB", "{redlock:k}:released"])
+                    .lines()
+                    .nth(1)
+                    == Some("1")
+            }) && proxies.iter().all(|p| p.connections() >= 1)
         },
     );
     for p in &proxies {

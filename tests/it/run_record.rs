@@ -411,3 +411,24 @@ fn redlock_records_where_released_and_reads_the_newest_by_fence() {
     out.expect_code(69);
     out.expect_one_line();
 }
+
+/// A record key that holds something else (a string here) is left as it is: the release and
+/// the other record key are not held up by it, and the last run is still written.
+#[test]
+fn a_record_key_of_another_type_does_not_stop_the_release() {
+    let redis = RedisServer::start();
+    redis.cli(&["SET", "{redlock:odd}:last-success", "not a record"]);
+    let out = Wrapper::on(&redis, "odd").arg("true").run();
+    out.expect_code(0);
+    assert!(!redis.exists("redlock:odd"), "released\n{out}");
+    assert_eq!(
+        redis.get("{redlock:odd}:last-success").as_deref(),
+        Some("not a record")
+    );
+    assert_eq!(
+        redis
+            .cli(&["HGET", "{redlock:odd}:last-run", "outcome"])
+            .trim(),
+        "succeeded"
+    );
+}

@@ -6,8 +6,8 @@
 //!   call `write_record` (`scripts/record.lua`) after they checked that the lock still holds
 //!   the caller's token, in the same script: a run that lost its lock writes nothing.
 //! - **Format.** Each key is a hash: `host`, `pid`, `program`, `started_ms`, `ended_ms` (ms
-//!   since 1970 on the server's clock, `TIME`), `exit_code` (absent when killed by a
-//!   signal), `signal` (absent when it exited), `outcome` (see [`Outcome`]), `fence`.
+//!   since 1970 on the server's clock, `TIME`), `exit_code` (empty or absent when killed by
+//!   a signal), `signal` (empty or absent when it exited), `outcome` (see [`Outcome`]), `fence`.
 //!   `docs/reference.md` documents it; a tool (or a test) may write one by hand.
 //! - **Retention.** Both keys expire [`RETENTION`] after they were written: longer than the
 //!   longest `--once-per` period, so a record is never gone while it still decides a skip.

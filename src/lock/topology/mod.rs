@@ -18,6 +18,7 @@
 
 pub mod cluster;
 pub mod one_master;
+mod push;
 pub mod quorum;
 pub mod sentinel;
 pub mod server;

@@ -30,6 +30,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Pipeline, Value};
 use tokio::time::Instant;
 
+use super::push::{self, Push};
 use crate::lock::protocol::ScriptCall;
 use crate::lock::target::Tls;
 use crate::lock::{RedisFailure, ReleaseNotices, ReplicaAck};
@@ -37,6 +38,11 @@ use crate::lock::{RedisFailure, ReleaseNotices, ReplicaAck};
 /// One Redis server, reached over one connection at a time.
 pub struct Server {
     client: redis::Client,
+    /// The same, over RESP3: the connection of a waiter, which carries its release notices
+    /// too (push.rs). `None` once the server refused RESP3.
+    resp3: RefCell<Option<redis::Client>>,
+    /// The subscription every new connection carries, while its notices are read.
+    push: RefCell<Option<Push>>,
     /// The URL with any password replaced by `***`, for messages.
     shown: String,
     /// The connection in use, if one is open and trusted.
@@ -91,9 +97,12 @@ impl Server {
         let info = info.clone().set_redis_settings(settings);
         let no_client_cert = crate::lock::target::is_tls(&info) && tls.client.is_none();
         let no_ca = crate::lock::target::is_tls(&info) && tls.ca.is_none();
+        let resp3 = client(push::resp3(&info), tls).ok();
         let client = client(info, tls).map_err(|e| RedisFailure::from_redis(&e, shown))?;
         Ok(Server {
             client,
+            resp3: RefCell::new(resp3),
+            push: RefCell::new(None),
             shown: shown.to_owned(),
             conn: RefCell::new(None),
             opened: Cell::new(0),
@@ -138,6 +147,35 @@ impl Server {
         Ok(open)
     }
 
+    /// A RESP3 connection subscribed to the release notices (`push`); `None` if it could
+    /// not be made: the server refused RESP3 (never asked again; `resp3` is then `None`),
+    /// refused the subscription, or the network failed.
+    async fn pushed(&self, config: &AsyncConnectionConfig) -> Option<MultiplexedConnection> {
+        let (channel, sender) = match self.push.borrow().as_ref() {
+            Some(push) if push.wanted() => (push.channel.clone(), push.sender.clone()),
+            _ => return None,
+        };
+        let client = self.resp3.borrow().clone()?;
+        let config = config.clone().set_push_sender(sender);
+        let mut conn = match client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+        {
+            Ok(conn) => conn,
+            Err(e) if push::refused(&e) => {
+                self.resp3.borrow_mut().take();
+                self.push.borrow_mut().take();
+                return None;
+            }
+            // The plain connection would meet the same network: let it say so.
+            Err(_) => return None,
+        };
+        if conn.subscribe(&channel).await.is_err() {
+            self.push.borrow_mut().take();
+        }
+        Some(conn)
+    }
+
     /// `e` as a failure of this server; before any reply, a dropped TLS connection without a
     /// client certificate says that one may be required.
     fn failure(&self, e: &redis::RedisError) -> RedisFailure {
@@ -160,11 +198,16 @@ impl Server {
         failure
     }
 
-    /// Drop connection `id` if it is the one in use: the next call opens a new one.
+    /// Drop connection `id` if it is the one in use: the next call opens a new one. The
+    /// release notices it carried (push.rs) end with it, and the wait polls: a new connection
+    /// is not subscribed again, as a pub/sub connection that broke was not renewed either,
+    /// and on a server that is slow to answer a handshake (HELLO, SUBSCRIBE) would only delay
+    /// the next attempt.
     fn forget(&self, id: u64) {
         let mut conn = self.conn.borrow_mut();
         if conn.as_ref().is_some_and(|open| open.id == id) {
             conn.take();
+            self.push.borrow_mut().take();
         }
     }
 
@@ -357,8 +400,34 @@ impl Server {
         }
     }
 
-    /// Subscribe to `channel` on a connection of its own, within `within`.
+    /// Subscribe to `channel` within `within`: on the command connection where the server
+    /// speaks RESP3 (push.rs), else on a connection of its own.
     pub async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices> {
+        if self.resp3.borrow().is_some() {
+            let (push, receiver) = Push::new(channel);
+            *self.push.borrow_mut() = Some(push);
+            // The connection that carries the notices replaces the command connection once
+            // it is made, not before: a server that cannot be reached again keeps the one
+            // that works.
+            let deadline = deadline_in(within);
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(within))
+                .set_response_timeout(None);
+            let pushed = tokio::time::timeout_at(deadline, self.pushed(&config)).await;
+            if let Ok(Some(conn)) = pushed
+                && self.push.borrow().is_some()
+            {
+                let id = self.opened.replace(self.opened.get() + 1);
+                *self.conn.borrow_mut() = Some(Open::new(conn, id));
+                return Some(push::notices(channel.to_owned(), receiver));
+            }
+            self.push.borrow_mut().take();
+            if self.resp3.borrow().is_some() {
+                // Not refused: the server did not answer in time, or refused the subscription
+                // itself, which a pub/sub connection would meet too. The wait polls.
+                return None;
+            }
+        }
         let subscribe = async {
             let mut pubsub = self.client.get_async_pubsub().await.ok()?;
             pubsub.subscribe(channel).await.ok()?;

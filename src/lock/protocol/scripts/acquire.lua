@@ -24,7 +24,11 @@ local fence_key, holder, cancelled, queue, expiry = ARGV[1], ARGV[2], ARGV[3], A
 local token, ttl = ARGV[6], ARGV[7]
 local waiter, keep = ARGV[12], tonumber(ARGV[13])
 
-local kind = type_here(lock)
+-- The usual case costs one command for all three (reach.lua): none of them exists, and every
+-- key is in reach. Then no check on them is needed, and no queue can hold anyone.
+local none_queued = probe({cancelled, queue, expiry}) == 0
+
+local kind, value = read_string(lock)
 if not kind then
   -- The lock left this node since Redis routed the script here (it expired just now).
   return split()
@@ -33,7 +37,7 @@ end
 -- An attempt that its run already took back (cancel.lua) arrived late: it must not land.
 -- Where the set is out of reach, the lock is held (see above), and a lock holding our token
 -- is ours: a take-back deletes it wherever it is.
-if here(cancelled) and redis.call('SISMEMBER', cancelled, token) == 1 then
+if not none_queued and here(cancelled) and redis.call('SISMEMBER', cancelled, token) == 1 then
   return {2}
 end
 
@@ -43,9 +47,11 @@ if kind == 'zset' then
 elseif kind ~= 'none' and kind ~= 'string' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end
-local bad_queue = check_kinds('zset', {queue, expiry})
-if bad_queue then
-  return bad_queue
+if not none_queued then
+  local bad_queue = check_kinds('zset', {queue, expiry})
+  if bad_queue then
+    return bad_queue
+  end
 end
 -- nil while the counter is out of reach.
 local last
@@ -58,7 +64,7 @@ if here(fence_key) then
 end
 
 local now_us, now_ms = server_now()
-if queue_here(queue, expiry) then
+if not none_queued and queue_here(queue, expiry) then
   reap_waiters(queue, expiry, now_ms, 1)
 end
 
@@ -73,21 +79,25 @@ local function busy()
   -- Report who holds it, but only if the holder info belongs to the current value:
   -- a lock taken by another client on a raw key has no (or stale) holder info.
   local host, pid, since = '', '', ''
-  local value = redis.call('GET', lock)
   if value then
     local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms')
     if type(info) == 'table' and not info.err and info[1] == value then
       host, pid, since = info[2] or '', info[3] or '', info[4] or ''
     end
   end
-  local queued = here(queue) and redis.call('ZCARD', queue) or 0
+  local queued = 0
+  if place > 0 then
+    queued = redis.call('ZCARD', queue)
+  elseif not none_queued and here(queue) then
+    queued = redis.call('ZCARD', queue)
+  end
   return {0, redis.call('PTTL', lock), host, pid, since, queued, place}
 end
 
 -- Our own token is ours whatever the queue says: an earlier attempt of this run landed
 -- although its reply was lost (a timeout). It is taken anew below, with a new fence and a
 -- fresh TTL.
-if kind == 'string' and redis.call('GET', lock) ~= token then
+if kind == 'string' and value ~= token then
   return busy()
 end
 if kind == 'none' then
@@ -95,7 +105,7 @@ if kind == 'none' then
     -- Never so (see above): a free lock is only seen where every key is in reach.
     return split()
   end
-  if redis.call('ZCARD', queue) > 0 then
+  if not none_queued and redis.call('ZCARD', queue) > 0 then
     -- Free, but others queued first: only the head may take it (a run that does not wait
     -- never jumps the queue either).
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -115,13 +125,29 @@ if not fence_str then
 end
 -- The holder info first: a holder key of another type is replaced, and where it could be
 -- deleted but not created again (a migration), the script stops before anything else.
-if type_here(holder) ~= 'hash' then
-  redis.call('DEL', holder)
+-- Where every key is in reach, HSET itself says whether the key holds another type (its
+-- only error that a DEL cures); elsewhere TYPE asks first.
+local info = {'token', token, 'host', ARGV[9], 'pid', ARGV[10], 'cmd', ARGV[11],
+  'acquired_ms', string.format('%.0f', now_ms), 'fence', fence_str}
+if everywhere then
+  local written = redis.pcall('HSET', holder, unpack(info))
+  if type(written) == 'table' then
+    if not string.find(written.err or '', 'WRONGTYPE', 1, true) then
+      -- Any other refusal (a read-only replica, no permission) stops the script as it
+      -- would have without the pcall, before any write.
+      redis.call('HSET', holder, unpack(info))
+    end
+    redis.call('DEL', holder)
+    redis.call('HSET', holder, unpack(info))
+  end
+else
+  if type_here(holder) ~= 'hash' then
+    redis.call('DEL', holder)
+  end
+  redis.call('HSET', holder, unpack(info))
 end
-redis.call('HSET', holder, 'token', token, 'host', ARGV[9], 'pid', ARGV[10], 'cmd', ARGV[11],
-  'acquired_ms', string.format('%.0f', now_ms), 'fence', fence_str)
 redis.call('PEXPIRE', holder, ttl)
-if waiter ~= '' then
+if waiter ~= '' and not none_queued then
   leave_queue(queue, expiry, waiter)
 end
 redis.call('SET', lock, token, 'PX', ttl)

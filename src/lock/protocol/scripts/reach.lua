@@ -9,11 +9,36 @@
 -- here it can be neither read nor created (the command fails). Every other node (one whose
 -- slot is not moving; the importing node, behind ASKING) reaches every key of the slot.
 
+-- Set by probe: this node reaches every key of the lock's slot for the rest of the script,
+-- and nothing needs asking key by key.
+local everywhere = false
+
+-- One command instead of a TYPE per key: EXISTS of two or more keys of the lock's slot that
+-- usually do not exist (the queue, the cancelled tokens). Answered without an error, and
+-- with at least one of them missing, it proves that this node reaches every key of the
+-- slot: the node a slot is leaving (MIGRATING) refuses a command on several keys unless it
+-- has them all (TRYAGAIN, or ASK when it has none), the node importing it refuses one on
+-- several keys it does not all have (TRYAGAIN), and a node that does not serve the slot
+-- refuses any (MOVED). No migration step can happen while a script runs. Outside a cluster
+-- every key is always in reach. Returns how many of `keys` exist when that proof was had,
+-- else nil (the keys are then looked at one by one, as `type_here` does).
+local function probe(keys)
+  local n = redis.pcall('EXISTS', unpack(keys))
+  if type(n) == 'number' and n < #keys then
+    everywhere = true
+    return n
+  end
+  return nil
+end
+
 -- The type of `key` ('none' if it does not exist), or nil when this node cannot reach it.
 -- Only that refusal is taken for "out of reach" (its words are the same in Redis 6.2, 7 and
 -- Valkey); any other error (no permission for the key, the cluster down) stops the script
 -- as redis.call would.
 local function type_here(key)
+  if everywhere then
+    return redis.call('TYPE', key).ok
+  end
   local reply = redis.pcall('TYPE', key)
   if reply.err and not string.find(reply.err, 'non local key', 1, true) then
     redis.call('TYPE', key)
@@ -23,7 +48,30 @@ end
 
 -- Whether this node can read and write `key` (which may still not exist).
 local function here(key)
-  return type_here(key) ~= nil
+  return everywhere or type_here(key) ~= nil
+end
+
+-- `key`'s value and type in one command where every key is in reach: GET answers a string
+-- or nothing, and any other type with an error, which TYPE then names. Elsewhere TYPE first
+-- (nil: out of reach), then GET for a string. Returns kind, value.
+local function read_string(key)
+  if everywhere then
+    local value = redis.pcall('GET', key)
+    if type(value) == 'table' then
+      local kind = type_here(key)
+      if kind == 'string' then
+        -- Not a type error (no permission for GET?): stop as redis.call would.
+        redis.call('GET', key)
+      end
+      return kind, nil
+    end
+    return value and 'string' or 'none', value or nil
+  end
+  local kind = type_here(key)
+  if kind == 'string' then
+    return kind, redis.call('GET', key)
+  end
+  return kind, nil
 end
 
 -- This script cannot do its work here with the keys this node reaches (a migration of the

@@ -13,8 +13,8 @@
 --
 -- Each key is a hash with the fields host, pid, program, started_ms, ended_ms, exit_code,
 -- signal, outcome, fence (times in ms since 1970 on this server's clock: ended is now,
--- started is now minus the run time the client measured on its monotonic clock); absent
--- exit_code or signal fields mean null. The last-success copy is written only for the
+-- started is now minus the run time the client measured on its monotonic clock); an empty
+-- (or absent) exit_code or signal field means null. The last-success copy is written only for the
 -- outcome 'succeeded'. Both expire after the retention. A key this node cannot reach or may
 -- not create (a migration of the slot), or one that holds another type, is left as it is:
 -- the record is best effort there; the release is not.
@@ -28,7 +28,6 @@ local function write_record(first, creating)
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local ran_ms = tonumber(ARGV[first + 7]) or 0
   local outcome = ARGV[first + 8]
-  local absent = {}
   local fields = {
     'host', ARGV[first + 3],
     'pid', ARGV[first + 4],
@@ -38,14 +37,10 @@ local function write_record(first, creating)
     'ended_ms', string.format('%.0f', now_ms),
     'outcome', outcome,
   }
+  -- Both always written ('' is null), so that no field of an earlier record is left over.
   for i, name in ipairs({'exit_code', 'signal'}) do
-    local value = ARGV[first + 8 + i]
-    if value ~= '' then
-      fields[#fields + 1] = name
-      fields[#fields + 1] = value
-    else
-      absent[#absent + 1] = name
-    end
+    fields[#fields + 1] = name
+    fields[#fields + 1] = ARGV[first + 8 + i]
   end
   local targets = {run_key}
   if outcome == 'succeeded' then
@@ -54,13 +49,19 @@ local function write_record(first, creating)
   -- Overwritten in place, never deleted first: on the node a migrating slot leaves, a key
   -- that is gone can no longer be written (ASK).
   for _, key in ipairs(targets) do
-    local kind = type_here(key)
-    if kind == 'hash' or (kind == 'none' and creating ~= '0') then
-      redis.call('HSET', key, unpack(fields))
-      if #absent > 0 then
-        redis.call('HDEL', key, unpack(absent))
+    if everywhere and creating ~= '0' then
+      -- Every key is in reach (reach.lua): HSET itself refuses a key of another type, which
+      -- is then left as it is, as is one this user may not write.
+      local written = redis.pcall('HSET', key, unpack(fields))
+      if type(written) == 'number' then
+        redis.call('PEXPIRE', key, keep)
       end
-      redis.call('PEXPIRE', key, keep)
+    else
+      local kind = type_here(key)
+      if kind == 'hash' or (kind == 'none' and creating ~= '0') then
+        redis.call('HSET', key, unpack(fields))
+        redis.call('PEXPIRE', key, keep)
+      end
     end
   end
 end

@@ -13,14 +13,16 @@
 local lock, holder, channel = KEYS[1], ARGV[1], ARGV[2]
 local queue, expiry = ARGV[3], ARGV[4]
 local token, keep, announce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local kind = type_here(lock)
+-- One command tells that every key is in reach and nobody is queued (reach.lua).
+local none_queued = probe({queue, expiry}) == 0
+local kind, value = read_string(lock)
 if not kind then
   return split()
 end
 if kind == 'none' then
   return -1
 end
-if kind ~= 'string' or redis.call('GET', lock) ~= token then
+if kind ~= 'string' or value ~= token then
   return 0
 end
 write_record(9, ARGV[8])
@@ -30,17 +32,23 @@ if keep > 0 then
     redis.call('PEXPIRE', holder, keep)
   end
 else
-  -- One key per command: a command naming several keys is refused during a migration
-  -- unless this node has them all.
-  redis.call('DEL', lock)
-  if here(holder) then
-    redis.call('DEL', holder)
+  -- Where not every key is known to be in reach, one key per command: a command naming
+  -- several keys is refused during a migration unless this node has them all.
+  if everywhere then
+    redis.call('DEL', lock, holder)
+  else
+    redis.call('DEL', lock)
+    if here(holder) then
+      redis.call('DEL', holder)
+    end
   end
   -- Wake the waiters now instead of at their next poll. A channel is not a key: any node
   -- publishes to the whole cluster.
   -- pcall: an ACL user without channel access still releases; waiters then just poll.
   if announce ~= '0' then
-    redis.pcall('PUBLISH', channel, whom_to_wake(queue, expiry))
+    -- Nobody queued: every waiter (a Redlock waiter never queues).
+    local whom = none_queued and '1' or whom_to_wake(queue, expiry)
+    redis.pcall('PUBLISH', channel, whom)
   end
 end
 return 1
