@@ -62,14 +62,17 @@ pub fn start_ms(period: Period, tz: &TimeZone, now_ms: u64) -> Result<u64, Strin
 
 /// Whether a success that started at `started_ms` counts for the period that contains
 /// `now_ms`: it started in it (a success counts for the period in which it started, so a
-/// run that crosses midnight does not use up the next day's).
+/// run that crosses midnight does not use up the next day's), or later than `now_ms`. A
+/// start after the server time read means clocks that disagree (a Redlock node ahead of the
+/// median, a clock stepped back): it counts as done, since running at most once beats
+/// running twice.
 pub fn done_in(
     period: Period,
     tz: &TimeZone,
     now_ms: u64,
     started_ms: u64,
 ) -> Result<bool, String> {
-    Ok(started_ms >= start_ms(period, tz, now_ms)? && started_ms <= now_ms)
+    Ok(started_ms >= start_ms(period, tz, now_ms)?)
 }
 
 /// How a period is said in messages.
@@ -173,6 +176,17 @@ mod tests {
         let six_hours = Period::Rolling(Duration::from_secs(6 * 3600));
         assert!(done_in(six_hours, &utc, now, ms("2026-05-01T19:00:00Z")).unwrap());
         assert!(!done_in(six_hours, &utc, now, ms("2026-05-01T17:00:00Z")).unwrap());
+    }
+
+    #[test]
+    fn a_success_that_starts_after_now_counts_as_done() {
+        // Clocks that disagree (a Redlock node ahead, a clock stepped back): at most once.
+        let utc = TimeZone::UTC;
+        let now = ms("2026-05-02T00:00:05Z");
+        assert!(done_in(Period::Day, &utc, now, ms("2026-05-02T00:00:10Z")).unwrap());
+        assert!(done_in(Period::Day, &utc, now, ms("2026-05-03T08:00:00Z")).unwrap());
+        let hour = Period::Rolling(Duration::from_secs(3600));
+        assert!(done_in(hour, &utc, now, ms("2026-05-02T00:00:06Z")).unwrap());
     }
 
     #[test]

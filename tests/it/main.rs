@@ -32,6 +32,8 @@
 //!   and last success, `--once-per` (a skip, a failure does not count, five waiters run once,
 //!   a calendar day boundary in two zones), `forget`, `--limit`, `--hold-at-least`, and on
 //!   Sentinel, Cluster and Redlock (the newest record by fence).
+//! - `once_per_faults`: `--once-per` under Redlock faults: a node's clock ahead still skips, a
+//!   frozen node does not stop the run; a `-c` run that exits 126/127 records nothing.
 //! - `observe`: issue 23: `--metrics-file` read by a strict exposition-format parser (and
 //!   `prometheus_client` when installed) after failed, successful, skipped and busy runs, two
 //!   keys in one file under a reader that never sees half a file; `--ping` against a local
@@ -98,6 +100,7 @@ mod lease;
 mod limit;
 mod network;
 mod observe;
+mod once_per_faults;
 mod options;
 mod proxy;
 mod queue;

@@ -155,14 +155,17 @@ pub fn parse(pairs: &[(String, String)]) -> Option<RunRecord> {
 /// node where its run released, which for a release that counted is a quorum of them; any
 /// quorum of readers therefore includes one of those nodes. Disagreement is settled by the
 /// fence (it grows with every acquisition, so the highest is the latest holder's); equal
-/// fences (the same run) by the later end. The server time is the median of the nodes'.
+/// fences (the same run, its copies stamped by clocks that disagree) by the later start,
+/// then the later end: the copy of the node furthest ahead, which `period::done_in` counts
+/// as done even when it starts after the median time (at most once beats twice). The
+/// server time is the median of the nodes'.
 pub fn newest<'a>(nodes: impl IntoIterator<Item = &'a Records>) -> Records {
     let nodes: Vec<&Records> = nodes.into_iter().collect();
     let pick = |get: fn(&Records) -> Option<&RunRecord>| {
         nodes
             .iter()
             .filter_map(|r| get(r))
-            .max_by_key(|r| (r.fence.unwrap_or(0), r.ended_ms))
+            .max_by_key(|r| (r.fence.unwrap_or(0), r.started_ms, r.ended_ms))
             .cloned()
     };
     let mut times: Vec<u64> = nodes.iter().filter_map(|r| r.now_ms).collect();
