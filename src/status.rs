@@ -20,7 +20,7 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
             return Ending::Unavailable;
         }
     };
-    match lock.status().await {
+    match lock.status(None).await {
         Ok(status) => {
             let out = if json {
                 to_json(&target.key, &status)

@@ -81,8 +81,13 @@ pub trait Lock {
     /// none or they could not be set up (waiting then polls alone).
     async fn release_notices(&self, within: Duration) -> Option<ReleaseNotices>;
 
-    /// Who holds the lock now, and its run record. Read-only.
-    async fn status(&self) -> Result<Status, RedisFailure>;
+    /// Who holds the lock now, and its run record. Read-only. `held`: the ttl of a lease
+    /// this run holds while it reads (`--once-per`, before its first renewal); a backend on
+    /// several servers then bounds each server as it bounds an acquire, and returns once the
+    /// answers in hand settle the result (a quorum answered), so that a frozen server does
+    /// not spend the lease. `None` (the `status` subcommand, the metrics after a run): every
+    /// server is awaited up to `--connect-timeout`.
+    async fn status(&self, held: Option<Duration>) -> Result<Status, RedisFailure>;
 
     /// Clear the run record (`forget`), on every server, within `within`; the lock itself is
     /// left alone. Returns how many record keys existed (the most any server had).

@@ -81,7 +81,8 @@ impl<'a> Observer<'a> {
         if self.cfg.observe.metrics_file.is_none() {
             return;
         }
-        if let Ok(Ok(status)) = tokio::time::timeout(self.cfg.target.timeout, lock.status()).await
+        if let Ok(Ok(status)) =
+            tokio::time::timeout(self.cfg.target.timeout, lock.status(None)).await
             && let Some(last) = status.records.last_success
         {
             self.last_success_ms.set(Some(last.ended_ms));

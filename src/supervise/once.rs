@@ -73,7 +73,11 @@ impl<L: Lock> Run<'_, L> {
         self,
         once: &OncePer,
     ) -> Result<Option<(RunRecord, u64)>, String> {
-        let status = self.lock.status().await.map_err(|e| e.to_string())?;
+        let status = self
+            .lock
+            .status(Some(self.cfg.ttl))
+            .await
+            .map_err(|e| e.to_string())?;
         let records = status.records;
         let Some(now_ms) = records.now_ms else {
             return Err("the server's clock (TIME) could not be read".to_owned());

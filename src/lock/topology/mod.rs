@@ -116,8 +116,8 @@ impl Lock for Backend {
         each!(self, b => b.release_notices(within).await)
     }
 
-    async fn status(&self) -> Result<Status, RedisFailure> {
-        each!(self, b => b.status().await)
+    async fn status(&self, held: Option<Duration>) -> Result<Status, RedisFailure> {
+        each!(self, b => b.status(held).await)
     }
 
     async fn leave_queue(&self, holder: &HolderInfo, within: Duration) {

@@ -269,7 +269,7 @@ impl<R: Route> Lock for OneMaster<R> {
         }
     }
 
-    async fn status(&self) -> Result<Status, RedisFailure> {
+    async fn status(&self, _held: Option<Duration>) -> Result<Status, RedisFailure> {
         let answered = self
             .route
             .read(&self.protocol.status(), "status", self.timeout)

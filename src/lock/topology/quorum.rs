@@ -395,6 +395,12 @@ fn busy_settled(votes: &[Option<Vote>], quorum: usize) -> bool {
     granted + pending < quorum && answered >= quorum
 }
 
+/// A status read with the lock held is settled: a quorum answered (the record read is a
+/// quorum's, see `record::newest`), or so many failed that no quorum can answer.
+fn status_settled(answered: usize, failed: usize, n: usize, quorum: usize) -> bool {
+    answered >= quorum || n.saturating_sub(failed) < quorum
+}
+
 /// How the nodes answered a release so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct ReleaseTally {
@@ -713,16 +719,57 @@ impl Lock for Quorum {
         // Never queued (see try_acquire).
     }
 
-    async fn status(&self) -> Result<Status, RedisFailure> {
+    async fn status(&self, held: Option<Duration>) -> Result<Status, RedisFailure> {
+        // With the lock held (`--once-per`, before the first renewal), each node within the
+        // node bound of an acquire, and done once the answers in hand settle the read (a
+        // quorum answered, or too many failed), then a moment more for the rest, as a
+        // release: a frozen node must not spend the lease. Otherwise (`status`, the metrics)
+        // every node within `--connect-timeout`, so that each one is shown.
+        let bound = held.map_or(self.timeout, |ttl| Self::node_bound(ttl, self.timeout));
         let pipe = status::pipeline(self.mutex.keys());
-        let replies = join_all(self.nodes.iter().map(|node| {
-            let pipe = &pipe;
-            async move {
-                let replies = node.query(pipe, "status", self.timeout).await?;
-                read_status(replies, node.shown())
+        let mut under_way: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let pipe = &pipe;
+                async move {
+                    let reply = match node.query(pipe, "status", bound).await {
+                        Ok(replies) => read_status(replies, node.shown()),
+                        Err(e) => Err(e),
+                    };
+                    (i, reply)
+                }
+            })
+            .collect();
+        let mut got: Vec<Option<Result<Status, RedisFailure>>> = vec![None; self.n()];
+        let (mut ok, mut failed) = (0, 0);
+        while let Some((i, reply)) = under_way.next().await {
+            if reply.is_ok() {
+                ok += 1;
+            } else {
+                failed += 1;
             }
-        }))
+            got[i] = Some(reply);
+            if held.is_some() && status_settled(ok, failed, self.n(), self.quorum) {
+                break;
+            }
+        }
+        let _ = tokio::time::timeout(STRAGGLERS.min(bound), async {
+            while let Some((i, reply)) = under_way.next().await {
+                got[i] = Some(reply);
+            }
+        })
         .await;
+        drop(under_way);
+        let replies: Vec<Result<Status, RedisFailure>> = self
+            .nodes
+            .iter()
+            .zip(got)
+            .map(|(node, reply)| {
+                reply.unwrap_or_else(|| Err(RedisFailure::timeout(node.shown(), "status")))
+            })
+            .collect();
         let failures: Vec<RedisFailure> = replies.iter().filter_map(|r| r.clone().err()).collect();
         let answered = self.n() - failures.len();
         if answered < self.quorum {
@@ -891,6 +938,16 @@ mod tests {
         assert!(t(3, 0, 0, 0).settled(3, 2));
         // Nothing pending: always settled.
         assert!(t(1, 1, 0, 1).settled(2, 0));
+    }
+
+    #[test]
+    fn a_status_read_is_settled_once_a_quorum_answered_or_cannot() {
+        assert!(status_settled(2, 0, 3, 2));
+        assert!(!status_settled(1, 0, 3, 2));
+        assert!(!status_settled(1, 1, 3, 2));
+        assert!(status_settled(1, 2, 3, 2));
+        assert!(!status_settled(2, 0, 5, 3));
+        assert!(status_settled(3, 1, 5, 3));
     }
 
     #[test]
