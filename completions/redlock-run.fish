@@ -126,7 +126,7 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -l max-runtime 
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l hold-at-least -x -d 'Keep the lock DUR after the acquire even if the command ends sooner (cron on hosts with skewed clocks)'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l once-per -x -d 'Run the command at most once per PERIOD: after acquiring, skip it (exit 0, or --done-exit-code) if the last success started in the current period. PERIOD: hour, day, week (ISO, from Monday), month (calendar, on the server\'s clock, in --timezone), or a rolling duration (6h, 90m; at most 31 days). Failed runs do not count'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l timezone -x -d 'Time zone of --once-per\'s calendar periods: an IANA name such as Europe/Berlin [default: UTC]'
-complete -c redlock-run -n '__fish_redlock_run_in options value' -l done-exit-code -x -d 'Exit code of a run that --once-per skipped'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l done-exit-code -x -d 'Exit code of a run that --once-per skipped (only with --once-per) [default: 0]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l min-replicas -x -d 'Replicas that must acknowledge the acquire and each renewal (Redis WAIT); with Sentinel also every replica the sentinels could promote'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l replica-timeout -x -d 'How long to wait for --min-replicas acknowledgements'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s c -l command -x -d 'Run SHELL_STRING with /bin/sh -c instead of a COMMAND after --'

@@ -323,15 +323,14 @@ pub struct RunArgs {
     )]
     pub timezone: Option<String>,
 
-    /// Exit code of a run that --once-per skipped.
+    /// Exit code of a run that --once-per skipped (only with --once-per) [default: 0].
     #[arg(
         long,
         env = "REDLOCK_DONE_EXIT_CODE",
         value_name = "N",
-        default_value_t = 0,
         help_heading = "Run record"
     )]
-    pub done_exit_code: u8,
+    pub done_exit_code: Option<u8>,
 
     /// Replicas that must acknowledge the acquire and each renewal (Redis WAIT); with Sentinel
     /// also every replica the sentinels could promote.

@@ -278,6 +278,11 @@ impl RunConfig {
                 "--timezone applies only to --once-per's calendar periods; give --once-per too",
             ));
         }
+        if run.done_exit_code.is_some() && run.once_per.is_none() {
+            return Err(usage(
+                "--done-exit-code applies only to runs that --once-per skips; give --once-per too",
+            ));
+        }
         let zone = crate::period::zone(run.timezone.as_deref()).map_err(usage)?;
         let once_per = run.once_per.map(|period| OncePer { period, zone });
         let observe = crate::observe::Settings::from_args(run).map_err(usage)?;
@@ -313,7 +318,7 @@ impl RunConfig {
             }),
             command,
             once_per,
-            done_exit_code: run.done_exit_code,
+            done_exit_code: run.done_exit_code.unwrap_or(0),
             observe,
         })
     }

@@ -32,7 +32,7 @@ mod stopper;
 use std::time::Duration;
 
 use crate::config::RunConfig;
-use crate::exit::{ChildEnd, Ending};
+use crate::exit::Ending;
 use crate::lease::Stamp;
 use crate::lock::{self, Finished, Lock, Released, Token};
 use crate::process::{Signals, Tree};
@@ -160,10 +160,7 @@ async fn run_outcome(cfg: &RunConfig, report: &Reporter, obs: &Observer<'_>) -> 
     // command that never started must not make the other hosts skip the job.
     let keep = match under {
         // `-c` whose shell could not find or execute the program: it never ran either.
-        Under::Ran {
-            end: Some(ChildEnd::Exited(126 | 127)),
-            ..
-        } if cfg.command.via_shell => Duration::ZERO,
+        Under::Ran { end, .. } if once::never_ran(cfg, end.as_ref()) => Duration::ZERO,
         Under::Ran { .. } => cfg
             .hold_at_least
             .and_then(|hold| hold.checked_sub(Stamp::now().since(held.acquired)))

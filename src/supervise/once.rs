@@ -18,7 +18,9 @@ use super::outcome::Under;
 use super::shared::Run;
 
 /// The record a run that started its command writes with its release; `None` for a run
-/// whose command never started (nothing ran: nothing to record).
+/// whose command never started (nothing ran: nothing to record), a `-c` command whose
+/// shell could not find or execute the program (126/127) included, as for
+/// `--hold-at-least`.
 pub(super) fn finished(
     cfg: &RunConfig,
     under: &Under,
@@ -33,6 +35,9 @@ pub(super) fn finished(
     else {
         return None;
     };
+    if never_ran(cfg, end.as_ref()) {
+        return None;
+    }
     let outcome = match (end, lease, max_runtime) {
         (_, Some(_), _) => RunOutcome::Lost,
         (_, None, true) => RunOutcome::TimedOut,
@@ -56,6 +61,12 @@ pub(super) fn finished(
             _ => None,
         },
     })
+}
+
+/// `-c` whose shell could not find or execute the program (126/127): the command never ran.
+/// (Without `-c` a program that cannot start never becomes a child at all.)
+pub(super) fn never_ran(cfg: &RunConfig, end: Option<&ChildEnd>) -> bool {
+    cfg.command.via_shell && matches!(end, Some(ChildEnd::Exited(126 | 127)))
 }
 
 fn hostname() -> String {

@@ -94,3 +94,31 @@ fn redlock_once_per_with_a_frozen_node_runs_the_command() {
     );
     assert_eq!(count(&ran), 2, "{once}");
 }
+
+/// A `-c` command whose shell could not find or execute the program (126/127) never ran:
+/// it records nothing (docs/reference.md), as it keeps no `--hold-at-least`, and a later
+/// success is the first record.
+#[test]
+fn a_shell_command_that_never_ran_records_nothing() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let run = |script: &str| {
+        Wrapper::on(&redis, "k")
+            .args(["--once-per", "day"])
+            .sh(script)
+            .current_dir(dir.path())
+            .run()
+    };
+    run("no-such-program-anywhere-xyz").expect_code(127);
+    fs::write(dir.path().join("not-executable"), "#!/bin/sh\n").unwrap();
+    run("./not-executable").expect_code(126);
+    for key in [LAST_RUN, LAST_SUCCESS] {
+        assert_eq!(redis.cli(&["EXISTS", key]).trim(), "0", "{key} was written");
+    }
+    run("echo x >> ran").expect_code(0);
+    assert_eq!(count(&dir.path().join("ran")), 1);
+    assert_eq!(
+        redis.cli(&["HGET", LAST_RUN, "outcome"]).trim(),
+        "succeeded"
+    );
+}

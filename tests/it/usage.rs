@@ -161,6 +161,10 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
             vec!["--redis", &url, "--key", "k", "--timezone", "UTC"],
         ),
         (
+            "--done-exit-code without --once-per",
+            vec!["--redis", &url, "--key", "k", "--done-exit-code", "3"],
+        ),
+        (
             "done exit code 256",
             vec![
                 "--redis",
@@ -411,4 +415,22 @@ fn a_bare_number_of_seconds_is_a_duration() {
         .run();
     out.expect_code(0);
     assert_eq!(out.stdout.trim(), "30000", "{out}");
+}
+
+/// `--done-exit-code` is the code of a run that `--once-per` skips: without `--once-per` it
+/// is refused like `--timezone` (one line naming `--once-per`, exit 2, nothing run).
+#[test]
+fn done_exit_code_without_once_per_is_refused() {
+    let dir = scratch();
+    let out = Wrapper::new()
+        .args(["--redis", "redis://127.0.0.1:1", "--key", "k"])
+        .args(["--done-exit-code", "3"])
+        .sh("touch marker")
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(2);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].contains("--once-per"), "{out}");
+    assert!(!dir.path().join("marker").exists(), "{out}");
 }
