@@ -152,8 +152,10 @@ pub fn parse(pairs: &[(String, String)]) -> Option<RunRecord> {
 }
 
 /// Redlock: the records of the nodes that answered, as one. A record is written on every
-/// node where its run released, which for a release that counted is a quorum of them; any
-/// quorum of readers therefore includes one of those nodes. Disagreement is settled by the
+/// node where its run released, which for a release that counted is a quorum of them; while
+/// none of them loses it (a restart with an empty data set), any quorum of readers includes
+/// one of those nodes. Nothing copies it to the others (docs/reference.md says what faults
+/// spread over a period can hide). Disagreement is settled by the
 /// fence (it grows with every acquisition, so the highest is the latest holder's); equal
 /// fences (the same run, its copies stamped by clocks that disagree) by the later start,
 /// then the later end: the copy of the node furthest ahead, which `period::done_in` counts
