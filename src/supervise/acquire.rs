@@ -62,7 +62,7 @@ enum Notices {
 impl<'a, L: Lock> Acquirer<'a, L> {
     pub(super) fn new(run: Run<'a, L>, start: Stamp) -> Self {
         let cfg = run.cfg;
-        let (host, pid) = (hostname(), std::process::id());
+        let (host, pid) = (super::shared::hostname(), std::process::id());
         let waits = cfg.wait != Wait::For(Duration::ZERO);
         let holder = HolderInfo {
             waiter: waits.then(|| Waiter {
@@ -269,12 +269,6 @@ fn pause_when_busy(holder: &Holder, limit: u32, backoff: &mut Backoff) -> Durati
     } else {
         backoff.pause()
     }
-}
-
-fn hostname() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use std::cell::{Cell, RefCell};
 use std::time::{Duration, SystemTime};
 
 use crate::config::RunConfig;
-use crate::exit::{ChildEnd, Ending};
-use crate::lock::Lock;
+use crate::exit::Ending;
+use crate::lock::{Lock, RunOutcome};
 use crate::observe::{self, Capture, metrics, ping};
 use crate::report::{Reporter, RunFields};
 
@@ -178,24 +178,25 @@ fn observed(outcome: &Outcome) -> observe::Outcome {
             Under::LateStart => O::Lost,
             Under::Interrupted(_) => O::Interrupted,
             Under::SpawnFailed(_) => O::Failed,
-            Under::Ran { lease: Some(_), .. } => O::Lost,
-            Under::Ran { .. }
-                if matches!(release, ReleaseResult::HeldByOther | ReleaseResult::Gone) =>
-            {
-                O::Lost
+            Under::Ran {
+                end,
+                lease,
+                max_runtime,
+            } => {
+                let found_gone =
+                    matches!(release, ReleaseResult::HeldByOther | ReleaseResult::Gone);
+                match super::once::ran_outcome(
+                    end.as_ref(),
+                    lease.is_some() || found_gone,
+                    *max_runtime,
+                ) {
+                    RunOutcome::Succeeded => O::Succeeded,
+                    RunOutcome::Failed => O::Failed,
+                    RunOutcome::Signalled => O::Signalled,
+                    RunOutcome::TimedOut => O::TimedOut,
+                    RunOutcome::Lost => O::Lost,
+                }
             }
-            Under::Ran {
-                max_runtime: true, ..
-            } => O::TimedOut,
-            Under::Ran {
-                end: Some(ChildEnd::Exited(0)),
-                ..
-            } => O::Succeeded,
-            Under::Ran {
-                end: Some(ChildEnd::Signalled(_)),
-                ..
-            } => O::Signalled,
-            Under::Ran { .. } => O::Failed,
         },
     }
 }
@@ -203,6 +204,7 @@ fn observed(outcome: &Outcome) -> observe::Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::ChildEnd;
     use crate::supervise::outcome::exit_for;
 
     /// The observed outcome agrees with the exit code the run gets.

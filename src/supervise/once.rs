@@ -38,15 +38,9 @@ pub(super) fn finished(
     if never_ran(cfg, end.as_ref()) {
         return None;
     }
-    let outcome = match (end, lease, max_runtime) {
-        (_, Some(_), _) => RunOutcome::Lost,
-        (_, None, true) => RunOutcome::TimedOut,
-        (Some(ChildEnd::Exited(0)), None, false) => RunOutcome::Succeeded,
-        (Some(ChildEnd::Signalled(_)), None, false) => RunOutcome::Signalled,
-        _ => RunOutcome::Failed,
-    };
+    let outcome = ran_outcome(end.as_ref(), lease.is_some(), *max_runtime);
     Some(Finished {
-        host: hostname(),
+        host: super::shared::hostname(),
         pid: std::process::id(),
         program: cfg.command.display.clone(),
         fence,
@@ -69,10 +63,20 @@ pub(super) fn never_ran(cfg: &RunConfig, end: Option<&ChildEnd>) -> bool {
     cfg.command.via_shell && matches!(end, Some(ChildEnd::Exited(126 | 127)))
 }
 
-fn hostname() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
+/// How a command that ran ended, for its record, its metrics and its pings: a lease that
+/// could not be kept outranks `--max-runtime`, which outranks the command's own end.
+pub(super) fn ran_outcome(
+    end: Option<&ChildEnd>,
+    lease_lost: bool,
+    max_runtime: bool,
+) -> RunOutcome {
+    match (end, lease_lost, max_runtime) {
+        (_, true, _) => RunOutcome::Lost,
+        (_, false, true) => RunOutcome::TimedOut,
+        (Some(ChildEnd::Exited(0)), ..) => RunOutcome::Succeeded,
+        (Some(ChildEnd::Signalled(_)), ..) => RunOutcome::Signalled,
+        _ => RunOutcome::Failed,
+    }
 }
 
 impl<L: Lock> Run<'_, L> {
