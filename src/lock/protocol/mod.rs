@@ -36,6 +36,7 @@
 //! other one ([`ScriptCall::needs_moved`]), is written in the scripts; `topology/cluster.rs`
 //! does the routing. This is the one place that tells how Redis serves a migrating slot.
 
+pub mod hold;
 pub mod keys;
 pub mod mutex;
 pub mod record;
