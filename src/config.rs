@@ -334,6 +334,10 @@ pub struct AcquireConfig {
     pub dotenv: Option<std::path::PathBuf>,
 }
 
+/// The holder info's command of a keeper (`acquire`), up to its --max-hold: `status` reads
+/// the --max-hold back to show the hold's deadline.
+pub const KEEPER_COMMAND: &str = "redlock-run acquire (keeper, --max-hold ";
+
 /// `--github`: the files of `$GITHUB_OUTPUT` and `$GITHUB_ENV`.
 #[derive(Debug, Clone)]
 pub struct GithubFiles {
@@ -393,10 +397,7 @@ impl AcquireConfig {
             command: vec!["redlock-run".into()],
         };
         let mut run = RunConfig::from_args(conn, &run)?;
-        run.command.display = format!(
-            "redlock-run acquire (keeper, --max-hold {})",
-            show(args.max_hold)
-        );
+        run.command.display = format!("{KEEPER_COMMAND}{})", show(args.max_hold));
         Ok(AcquireConfig {
             run,
             max_hold: args.max_hold,

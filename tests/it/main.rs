@@ -98,6 +98,7 @@ mod hardening;
 mod harness;
 mod lease;
 mod limit;
+mod multi_step;
 mod network;
 mod observe;
 mod once_per_faults;
