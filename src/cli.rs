@@ -67,7 +67,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
          --ping https://hc-ping.com/YOUR-UUID -- ./batch.sh",
     ),
     (
-        "CI: hold the lock across several steps (a keeper renews it until `release`, at most \
+        "CI: hold the lock across several steps (a keeper renews it until release, at most \
          --max-hold)",
         "eval \"$(redlock-run acquire --key deploy:prod --wait 10m)\" && ./deploy.sh; \
          redlock-run release --key deploy:prod",
@@ -188,17 +188,17 @@ pub enum Sub {
     /// Redis (on Redlock: any of the masters) cannot be reached.
     #[command(override_usage = FORGET_USAGE)]
     Forget(ForgetArgs),
-    /// Take the lock for several CI steps: a keeper process renews it until `release`, at
-    /// most --max-hold.
+    /// Take the lock for several CI steps: a keeper process renews it until release, at most
+    /// --max-hold.
     ///
     /// Prints the hold as shell assignments, safe to eval (REDLOCK_TOKEN, REDLOCK_FENCE,
     /// REDLOCK_KEY, exported). The keeper is detached (its own session, no terminal, stdio on
     /// /dev/null) so the step can end; it gives the lock up when renewal cannot be confirmed
-    /// before the lease ends, at --max-hold, or on SIGTERM/SIGINT/SIGHUP, and records when and
-    /// why for `release`. Exits 0 once the keeper holds the lock, 75 busy, 69 unreachable.
+    /// before the lease ends, at --max-hold, or on SIGTERM, SIGINT, SIGHUP or SIGQUIT, and records
+    /// when and why for release. Exits 0 once the keeper holds the lock, 75 busy, 69 unreachable.
     #[command(override_usage = ACQUIRE_USAGE)]
     Acquire(AcquireArgs),
-    /// Release a hold taken by `acquire`, by its token, and stop its keeper.
+    /// Release a hold taken by acquire, by its token, and stop its keeper.
     ///
     /// Exits 0 when this hold was released, 74 when it was lost while held (says when and
     /// why), 3 when there is nothing to release, 4 when another token holds the lock and no
@@ -271,18 +271,24 @@ pub struct AcquireArgs {
 
     /// Also append the hold to $GITHUB_OUTPUT (token, fence, key) and $GITHUB_ENV
     /// (REDLOCK_TOKEN, REDLOCK_FENCE, REDLOCK_KEY), for the job's later steps.
-    #[arg(long, action = ArgAction::SetTrue, help_heading = "Output")]
+    #[arg(long, env = "REDLOCK_GITHUB", action = ArgAction::SetTrue,
+          value_parser = parse_switch, help_heading = "Output")]
     pub github: bool,
 
     /// Also write the hold to FILE as a dotenv file (GitLab: artifacts:reports:dotenv).
-    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    #[arg(
+        long,
+        env = "REDLOCK_DOTENV",
+        value_name = "FILE",
+        help_heading = "Output"
+    )]
     pub dotenv: Option<PathBuf>,
 }
 
 /// `release`'s options.
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
-    /// The hold's token, as `acquire` printed it.
+    /// The hold's token, as acquire printed it.
     #[arg(
         long,
         env = "REDLOCK_TOKEN",

@@ -381,3 +381,183 @@ fn redlock_holds_across_steps() {
             >= 2
     });
 }
+
+/// The YAML blocks of docs/ci.md: (GitHub Actions, GitLab CI).
+fn ci_examples() -> (String, String) {
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ci.md"),
+    )
+    .unwrap();
+    let mut blocks = page
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().to_owned());
+    (blocks.next().unwrap(), blocks.next().unwrap())
+}
+
+/// The values of `key:` lines (`run:`) or the items of `key:` lists (`script:`), in order:
+/// a line-based reading of the examples' simple YAML.
+fn yaml_values(yaml: &str, key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut list_indent: Option<usize> = None;
+    for line in yaml.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let text = line.trim_start().trim_start_matches("- ");
+        if let Some(at) = list_indent {
+            if indent > at && line.trim_start().starts_with("- ") {
+                out.push(line.trim_start()[2..].to_owned());
+                continue;
+            }
+            list_indent = None;
+        }
+        if let Some(value) = text.strip_prefix(&format!("{key}:")) {
+            if value.trim().is_empty() {
+                list_indent = Some(indent);
+            } else {
+                out.push(value.trim().to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// The YAML parses (PyYAML, when python3 has it) and says what the line-based reading says.
+fn check_yaml(yaml: &str, path: &str, lines: &[String]) {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import yaml"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("python3 with PyYAML not found: the YAML is read line by line only");
+        return;
+    }
+    let script = format!(
+        "import sys, json, yaml\ndoc = yaml.safe_load(sys.stdin)\nprint(json.dumps({path}))"
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the YAML does not parse:\n{yaml}");
+    let parsed: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(parsed, lines, "{yaml}");
+}
+
+/// A directory with `redlock-run` (the binary under test) and the examples' scripts.
+fn ci_bin_dir(dir: &std::path::Path) {
+    std::os::unix::fs::symlink(wrapper_bin(), dir.join("redlock-run")).unwrap();
+    for script in ["migrate.sh", "deploy.sh"] {
+        let path = dir.join(script);
+        std::fs::write(&path, format!("#!/bin/sh\necho \"$1\" >> {script}.ran\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// The GitHub Actions example, step by step as a runner runs it: each `run:` a shell of its
+/// own, `$GITHUB_ENV` read into the next steps' environment, `uses:` steps skipped.
+#[test]
+fn the_github_actions_example_runs() {
+    let (github, _) = ci_examples();
+    let runs = yaml_values(&github, "run");
+    check_yaml(
+        &github,
+        "[s['run'] for s in doc['jobs']['deploy']['steps'] if 'run' in s]",
+        &runs,
+    );
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let redis = RedisServer::start();
+    let dir = scratch();
+    ci_bin_dir(dir.path());
+    let (gh_out, gh_env) = (dir.path().join("output"), dir.path().join("env"));
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let mut keeper = None;
+    for (i, run) in runs.iter().enumerate() {
+        let mut step = Wrapper::new()
+            .env("PATH", &path)
+            .env("REDLOCK_REDIS", redis.url())
+            .env("GITHUB_OUTPUT", &gh_out)
+            .env("GITHUB_ENV", &gh_env)
+            .current_dir(dir.path());
+        for line in std::fs::read_to_string(&gh_env).unwrap_or_default().lines() {
+            let (k, v) = line.split_once('=').unwrap();
+            step = step.env(k, v);
+        }
+        let out = step.run_via_shell(run);
+        out.expect_code(0);
+        if i == 0 {
+            keeper = Some(PidGuard::new(
+                status_json(&Wrapper::on(&redis, "deploy:prod"))["pid"]
+                    .as_i64()
+                    .unwrap() as i32,
+            ));
+            assert!(redis.exists("redlock:deploy:prod"));
+        }
+    }
+    let fence = read_trimmed(&dir.path().join("migrate.sh.ran"));
+    assert!(
+        std::fs::read_to_string(&gh_out)
+            .unwrap()
+            .contains(&format!("fence={fence}\n"))
+    );
+    assert!(!redis.exists("redlock:deploy:prod"));
+    let keeper = keeper.unwrap().pid();
+    wait_until(secs(20), "the keeper ends", || !pid_alive(keeper));
+}
+
+/// The GitLab example: `before_script` and `script` in one shell, `after_script` in another.
+#[test]
+fn the_gitlab_example_runs() {
+    let (_, gitlab) = ci_examples();
+    let before = yaml_values(&gitlab, "before_script");
+    let script = yaml_values(&gitlab, "script");
+    let after = yaml_values(&gitlab, "after_script");
+    check_yaml(&gitlab, "doc['deploy']['before_script']", &before);
+    check_yaml(&gitlab, "doc['deploy']['script']", &script);
+    check_yaml(&gitlab, "doc['deploy']['after_script']", &after);
+    assert!(gitlab.contains("dotenv: redlock.env"));
+    let redis = RedisServer::start();
+    let dir = scratch();
+    ci_bin_dir(dir.path());
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let shell = |lines: &[String]| {
+        Wrapper::new()
+            .env("PATH", &path)
+            .env("REDLOCK_REDIS", redis.url())
+            .current_dir(dir.path())
+            .run_via_shell(&format!("set -e\n{}", lines.join("\n")))
+    };
+    let main: Vec<String> = before.iter().chain(&script).cloned().collect();
+    shell(&main).expect_code(0);
+    let keeper = PidGuard::new(
+        status_json(&Wrapper::on(&redis, "deploy:prod"))["pid"]
+            .as_i64()
+            .unwrap() as i32,
+    );
+    let fence = read_trimmed(&dir.path().join("deploy.sh.ran"));
+    assert!(
+        std::fs::read_to_string(dir.path().join("redlock.env"))
+            .unwrap()
+            .contains(&format!("REDLOCK_FENCE={fence}\n"))
+    );
+    shell(&after).expect_code(0);
+    assert!(!redis.exists("redlock:deploy:prod"));
+    wait_until(secs(20), "the keeper ends", || !pid_alive(keeper.pid()));
+}
