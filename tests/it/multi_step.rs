@@ -61,11 +61,19 @@ fn hold_from(w: &Wrapper, stdout: &str) -> Hold {
             .unwrap_or_else(|| panic!("{name} missing from {stdout:?}"))
     };
     let token = get("REDLOCK_TOKEN");
-    let fence = get("REDLOCK_FENCE").parse().expect("fence");
+    let fence: u64 = get("REDLOCK_FENCE").parse().expect("fence");
     let key = get("REDLOCK_KEY");
     let status = status_json(w);
-    assert_eq!(status["held"], true, "{status}");
-    let pid = status["pid"].as_i64().expect("holder pid") as i32;
+    // The keeper is the holder (with --limit, the holder of this fence).
+    let holder = match status["holders"].as_array() {
+        Some(holders) => holders
+            .iter()
+            .find(|h| h["fence"] == fence)
+            .cloned()
+            .unwrap_or_else(|| panic!("no holder with fence {fence}: {status}")),
+        None => status.clone(),
+    };
+    let pid = holder["pid"].as_i64().expect("holder pid") as i32;
     Hold {
         token,
         fence,
@@ -560,4 +568,57 @@ fn the_gitlab_example_runs() {
     shell(&after).expect_code(0);
     assert!(!redis.exists("redlock:deploy:prod"));
     wait_until(secs(20), "the keeper ends", || !pid_alive(keeper.pid()));
+}
+
+#[test]
+fn limit_holds_take_permits_and_release_their_own() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "backups");
+    let a = acquire(&w, &["--ttl", TTL, "--limit", "2"]);
+    let b = acquire(&w, &["--ttl", TTL, "--limit", "2"]);
+    w.clone()
+        .args(["acquire", "--ttl", TTL, "--limit", "2"])
+        .run()
+        .expect_code(75);
+    std::thread::sleep(Duration::from_millis(2 * TTL_MS));
+    release(&w, &a.token).expect_code(0);
+    let c = acquire(&w, &["--ttl", TTL, "--limit", "2"]);
+    release(&w, &b.token).expect_code(0);
+    release(&w, &c.token).expect_code(0);
+    release(&w, &a.token).expect_code(3);
+}
+
+#[test]
+fn a_signal_ends_the_wait_of_acquire_and_its_keeper() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let first = acquire(&w, &["--ttl", TTL]);
+    let waiting = w
+        .clone()
+        .args(["acquire", "--ttl", TTL, "--wait", "120s"])
+        .spawn();
+    wait_until(secs(30), "queued", || status_json(&w)["queued"] == 1);
+    waiting.signal(Signal::SIGTERM);
+    let out = waiting.wait(secs(30));
+    out.expect_code(128 + 15);
+    assert!(out.stdout.is_empty(), "{out}");
+    wait_until(secs(10), "the waiter left the queue", || {
+        status_json(&w)["queued"] == 0
+    });
+    release(&w, &first.token).expect_code(0);
+    assert!(!redis.exists("redlock:deploy"));
+}
+
+#[test]
+fn old_hold_records_are_dropped_by_the_next_acquire() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let stale = r#"{"state":"released","host":"h","pid":1,"id":"x","fence":"1","since_ms":"1000","until_ms":"2000","ended_ms":"1500","reason":""}"#;
+    redis.cli(&["HSET", "{redlock:deploy}:holds", "stale-token", stale]);
+    let hold = acquire(&w, &["--ttl", TTL]);
+    let fields = redis.cli(&["HKEYS", "{redlock:deploy}:holds"]);
+    assert_eq!(fields.trim(), hold.token, "{fields}");
+    let ttl = redis.pttl("{redlock:deploy}:holds");
+    assert!(ttl > 3_600_000, "kept for --max-hold and a day: {ttl}");
+    release(&w, &hold.token).expect_code(0);
 }

@@ -87,6 +87,8 @@ pub struct HoldRecord {
     /// pid only if its environment carries this id.
     pub id: String,
     pub fence: u64,
+    /// The hold's `--limit` (1: the mutex): `release` releases with the same protocol.
+    pub limit: u32,
     pub since_ms: u64,
     /// The --max-hold deadline.
     pub until_ms: u64,
@@ -105,6 +107,7 @@ pub enum HoldChange {
         pid: u32,
         id: String,
         fence: u64,
+        limit: u32,
     },
     /// Move it to `to` with `reason`, if it is in one of the states `from`.
     End {
@@ -132,12 +135,14 @@ pub fn call(k: &Keys, token: &str, change: &HoldChange) -> ScriptCall {
             pid,
             id,
             fence,
+            limit,
         } => args.extend([
             millis(*max_hold).to_string(),
             host.clone(),
             pid.to_string(),
             id.clone(),
             fence.to_string(),
+            limit.to_string(),
         ]),
         HoldChange::End { to, reason, from } => args.extend([
             to.as_str().to_owned(),
@@ -159,6 +164,8 @@ struct Stored {
     pid: u32,
     id: String,
     fence: String,
+    #[serde(default)]
+    limit: Option<u32>,
     since_ms: String,
     until_ms: String,
     ended_ms: String,
@@ -182,6 +189,7 @@ pub fn parse(value: &redis::Value) -> Result<Option<HoldRecord>, ()> {
         pid: s.pid,
         id: s.id,
         fence: number(&s.fence)?,
+        limit: s.limit.unwrap_or(1).max(1),
         since_ms: number(&s.since_ms)?,
         until_ms: number(&s.until_ms)?,
         ended_ms: number(&s.ended_ms)?,

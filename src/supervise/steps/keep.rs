@@ -113,6 +113,7 @@ pub async fn keep(cfg: &AcquireConfig, mut handshake: Handshake, report: &Report
         pid: std::process::id(),
         id: handshake.id.clone(),
         fence: held.fence,
+        limit: run_cfg.target.limit,
     };
     let record = match lock.hold(&held.token, &begin, within).await {
         Ok(Some(record)) => record,

@@ -71,6 +71,31 @@ pub async fn release(cfg: &ReleaseConfig, report: &Reporter) -> u8 {
         }
         HoldState::Held | HoldState::Releasing => {}
     }
+    // A `--limit` hold is a permit: released by the semaphore's script, as it was taken.
+    if record.limit > 1 {
+        let mut with_limit = target.clone();
+        with_limit.limit = record.limit;
+        return match lock::open(&with_limit, None, target.timeout).await {
+            Ok(permits) => release_held(&permits, cfg, &token, &record, report).await,
+            Err(e) => {
+                report.error("unavailable", &e);
+                exit::UNAVAILABLE
+            }
+        };
+    }
+    release_held(&lock, cfg, &token, &record, report).await
+}
+
+/// Release the lock of a hold claimed for release (`releasing`), then end its record.
+async fn release_held<L: Lock>(
+    lock: &L,
+    cfg: &ReleaseConfig,
+    token: &Token,
+    record: &HoldRecord,
+    report: &Reporter,
+) -> u8 {
+    let target = &cfg.target;
+    let name = lock.name().to_owned();
     let finished = Finished {
         host: record.host.clone(),
         pid: record.pid,
@@ -82,7 +107,7 @@ pub async fn release(cfg: &ReleaseConfig, report: &Reporter) -> u8 {
         signal: None,
     };
     let released = lock
-        .release(&token, Duration::ZERO, Some(&finished), target.timeout)
+        .release(token, Duration::ZERO, Some(&finished), target.timeout)
         .await;
     let (to, reason) = match released {
         Ok(Released::Released) => (HoldState::Released, format!("released from {}", hostname())),
@@ -111,8 +136,8 @@ pub async fn release(cfg: &ReleaseConfig, report: &Reporter) -> u8 {
         reason,
         from: &[HoldState::Releasing],
     };
-    let after = lock.hold(&token, &change, target.timeout).await;
-    stop_keeper(&record);
+    let after = lock.hold(token, &change, target.timeout).await;
+    stop_keeper(record);
     match after {
         Ok(Some(r)) if r.state == HoldState::Released => {
             report.notice(

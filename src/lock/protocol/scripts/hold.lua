@@ -1,11 +1,13 @@
 -- A hold across CI steps (`acquire` ... `release`, protocol/hold.rs): its record, one field
--- of the `holds` hash per token, a JSON object: state, host, pid, id, fence, since_ms,
+-- of the `holds` hash per token, a JSON object: state, host, pid, id, fence, limit, since_ms,
 -- until_ms (the --max-hold deadline), ended_ms, reason (times on the server's clock).
 -- KEYS: holds. ARGV: lock, op, token, retention ms, then the op's own:
---   begin  max-hold ms, host, pid, id, fence: write the record, only while the lock holds the
+--   begin  max-hold ms, host, pid, id, fence, --limit: write the record, only while the lock holds the
 --          token (the mutex's string or a --limit holder); nil if it does not.
 --   end    state, reason, states it may end from (space-separated): the hold ends (released,
 --          lost, max-hold) if its record is in one of those states; nil if there is none.
+-- begin also drops records whose retention has passed (ended, or past their --max-hold, more
+-- than the retention ago).
 -- Returns the record as it stands after the call (JSON); TRYAGAIN (reach.lua) if this node
 -- cannot reach the keys (a migration of the lock's slot).
 local holds, lock, op, token, retention = KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -47,9 +49,21 @@ if op == 'begin' then
   end
   local max_hold = tonumber(ARGV[5])
   local since = now_ms()
+  -- Records past their retention go first: the hash lives as long as its newest hold, so
+  -- without this it would only ever grow on a lock taken again and again.
+  local fields = redis.call('HGETALL', holds)
+  for i = 1, #fields, 2 do
+    local ok, old = pcall(cjson.decode, fields[i + 1])
+    local ended = ok and type(old) == 'table' and tonumber(old.ended_ms) or 0
+    local bound = ok and type(old) == 'table' and tonumber(old.until_ms) or 0
+    local last = math.max(ended or 0, bound or 0)
+    if last + retention < since then
+      redis.call('HDEL', holds, fields[i])
+    end
+  end
   local record = cjson.encode({
     state = 'held', host = ARGV[6], pid = tonumber(ARGV[7]), id = ARGV[8],
-    fence = ARGV[9], since_ms = ms(since), until_ms = ms(since + max_hold), ended_ms = '0',
+    fence = ARGV[9], limit = tonumber(ARGV[10]), since_ms = ms(since), until_ms = ms(since + max_hold), ended_ms = '0',
     reason = ''
   })
   redis.call('HSET', holds, token, record)
