@@ -101,7 +101,7 @@ async fn release_held<L: Lock>(
         pid: record.pid,
         program: "redlock-run acquire (keeper)".to_owned(),
         fence: record.fence,
-        ran: held_for(&record),
+        ran: held_for(record),
         outcome: RunOutcome::Succeeded,
         exit_code: Some(0),
         signal: None,
