@@ -9,6 +9,8 @@
 //! main.rs, lib.rs  parse, run, exit (by the command's own signal when it died by one)
 //! supervise/       the supervisor: acquire and wait, hold, lease keeper, stopper, outcome,
 //!                  backoff, messages; every change of the lock's state happens there
+//!   steps/         holds across CI steps: `acquire` (start.rs) leaves a keeper (keep.rs)
+//!                  until `release` (release.rs); output.rs: eval, GitHub, dotenv
 //! status.rs        the `status` and `forget` subcommands (the lock and its run record)
 //! process/         the command as processes: group, cgroup, whole tree, signals, terminal
 //! config.rs        flags and environment -> checked settings, before anything runs
