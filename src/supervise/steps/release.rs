@@ -140,7 +140,7 @@ async fn release_held<L: Lock>(
     stop_keeper(record);
     match after {
         Ok(Some(r)) if r.state == HoldState::Released => {
-            report.notice(
+            report.done(
                 "released",
                 format_args!("released {name} (held since {})", when(record.since_ms)),
             );
@@ -152,7 +152,7 @@ async fn release_held<L: Lock>(
         }
         // The record is out of reach or gone; what the release found decides.
         _ if to == HoldState::Released => {
-            report.notice("released", format_args!("released {name}"));
+            report.done("released", format_args!("released {name}"));
             0
         }
         _ => {
