@@ -43,11 +43,11 @@ _redlock_run() {
     local sub=
     if ((cword > 1)); then
         case ${words[1]} in
-        status|forget|help) sub=${words[1]} ;;
+        status|forget|acquire|release|help) sub=${words[1]} ;;
         esac
     fi
     if [[ $sub == help ]]; then
-        ((cword == 2)) && _redlock_run_reply -W 'status forget help' -- "$cur"
+        ((cword == 2)) && _redlock_run_reply -W 'status forget acquire release help' -- "$cur"
         return 0
     fi
 
@@ -61,6 +61,16 @@ _redlock_run() {
     forget)
         opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
         long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='kr'
+        ;;
+    acquire)
+        opts='--ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --github --dotenv --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -t -w -E -k -r -h'
+        long_values=' --ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --dotenv --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='twEkr'
+        ;;
+    release)
+        opts='--token --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --token --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
     *)
@@ -143,6 +153,7 @@ _redlock_run() {
         --tls-key) ;; # file names (complete -o default)
         --metrics-file) ;; # file names (complete -o default)
         --log-format) _redlock_run_reply -W 'text json' -- "$cur" ;;
+        --dotenv) ;; # file names (complete -o default)
         *) compopt +o default +o bashdefault 2>/dev/null ;; # free text
         esac
         return 0
@@ -154,9 +165,9 @@ _redlock_run() {
         compopt +o default +o bashdefault 2>/dev/null
     elif ((cword == 1)); then
         if [[ -z $cur ]]; then
-            _redlock_run_reply -W "status forget help $opts" -- "$cur"
+            _redlock_run_reply -W "status forget acquire release help $opts" -- "$cur"
         else
-            _redlock_run_reply -W 'status forget help' -- "$cur"
+            _redlock_run_reply -W 'status forget acquire release help' -- "$cur"
             ((${#COMPREPLY[@]})) || _redlock_run_reply -c -- "$cur"
         fi
     elif [[ -n $cur ]]; then

@@ -15,7 +15,7 @@ function __fish_redlock_run_state
     set -e words[1]
     set -l n (count $words)
     switch "$words[1]"
-        case status forget
+        case status forget acquire release
             echo $words[1]
             return
         case help
@@ -73,8 +73,8 @@ end
 # The first word: the subcommands when one starts with it, else command names.
 function __fish_redlock_run_complete_first
     set -l word (string escape --style=regex -- (commandline -ct))
-    if string match -qr -- "^$word" status forget help
-        printf '%s\n' status\t'Tell who holds a lock: host, pid, command, age, TTL left, fence' forget\t'Clear a lock\'s run record (last run, last success), so that --once-per runs the command again in this period' help\t'Print this message or the help of the given subcommand(s)'
+    if string match -qr -- "^$word" status forget acquire release help
+        printf '%s\n' status\t'Tell who holds a lock: host, pid, command, age, TTL left, fence' forget\t'Clear a lock\'s run record (last run, last success), so that --once-per runs the command again in this period' acquire\t'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold' release\t'Release a hold taken by acquire, by its token, and stop its keeper' help\t'Print this message or the help of the given subcommand(s)'
     else
         __fish_redlock_run_complete_command 1
     end
@@ -105,8 +105,8 @@ end
 
 complete -c redlock-run -n '__fish_redlock_run_in first' -x -a '(__fish_redlock_run_complete_first)'
 complete -c redlock-run -n '__fish_redlock_run_in command' -x -a '(__fish_redlock_run_complete_command (__fish_redlock_run_state)[2])'
-complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' forget\\t\'Clear a lock\\\'s run record (last run, last success), so that --once-per runs the command again in this period\' help\\t\'Print this message or the help of the given subcommand(s)\''
-complete -c redlock-run -n '__fish_redlock_run_in status forget done' -f
+complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' forget\\t\'Clear a lock\\\'s run record (last run, last success), so that --once-per runs the command again in this period\' acquire\\t\'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold\' release\\t\'Release a hold taken by acquire, by its token, and stop its keeper\' help\\t\'Print this message or the help of the given subcommand(s)\''
+complete -c redlock-run -n '__fish_redlock_run_in status forget acquire release done' -f
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -162,3 +162,37 @@ complete -c redlock-run -n '__fish_redlock_run_in forget' -l tls-cert -r -F -d '
 complete -c redlock-run -n '__fish_redlock_run_in forget' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
 complete -c redlock-run -n '__fish_redlock_run_in forget' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
 complete -c redlock-run -n '__fish_redlock_run_in forget' -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -s t -l ttl -x -d 'Lease length: a keeper that dies frees the lock within it'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l heartbeat -x -d 'Renewal interval [default: ttl/3]'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l grace -x -d 'The keeper gives the lock up this long before its lease would end unconfirmed [default: 10s, at most ttl/3]'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l max-hold -x -d 'The longest the keeper holds the lock: at DUR it releases it and records why, so a cancelled pipeline never leaves a lock renewed for ever'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -s w -l wait -x -d 'Wait up to DUR for a busy lock, served in arrival order (not with Redlock): 0 tries once, forever (or inf) has no limit'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l limit -x -d 'Let up to N holds have the lock at once (a counting semaphore); 1 is a mutex'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -s E -l conflict-exit-code -x -d 'Exit code for a busy lock'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l min-replicas -x -d 'Replicas that must acknowledge the acquire and each renewal (Redis WAIT)'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l replica-timeout -x -d 'How long to wait for --min-replicas acknowledgements'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l github -d 'Also append the hold to $GITHUB_OUTPUT (token, fence, key) and $GITHUB_ENV (REDLOCK_TOKEN, REDLOCK_FENCE, REDLOCK_KEY), for the job\'s later steps'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l dotenv -r -F -d 'Also write the hold to FILE as a dotenv file (GitLab: artifacts:reports:dotenv)'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l password-file -r -F -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l prefix -x -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l connect-timeout -x -d 'Bound on connecting to Redis (the whole start) and on each reply'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l tls-ca-cert -r -F -d 'TLS: trust the CA certificates in FILE (PEM) instead of the system\'s'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l tls-cert -r -F -d 'TLS: present the client certificate in FILE (PEM); needs --tls-key'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l token -x -d 'The hold\'s token, as acquire printed it'
+complete -c redlock-run -n '__fish_redlock_run_in release' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
+complete -c redlock-run -n '__fish_redlock_run_in release' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l password-file -r -F -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l prefix -x -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l connect-timeout -x -d 'Bound on connecting to Redis (the whole start) and on each reply'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l tls-ca-cert -r -F -d 'TLS: trust the CA certificates in FILE (PEM) instead of the system\'s'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l tls-cert -r -F -d 'TLS: present the client certificate in FILE (PEM); needs --tls-key'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
+complete -c redlock-run -n '__fish_redlock_run_in release' -s h -l help -d 'Print help (see more with \'--help\')'

@@ -858,6 +858,36 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
         ".PP\nIt takes the options of STATUS that name the lock (\\fB\\-\\-key\\fR, \\fB\\-\\-redis\\fR, \\fB\\-\\-prefix\\fR, ...), and no others."
     )?;
 
+    for (name, usage) in [
+        ("acquire", cli::ACQUIRE_USAGE),
+        ("release", cli::RELEASE_USAGE),
+    ] {
+        let sub = cmd
+            .find_subcommand(name)
+            .unwrap_or_else(|| panic!("the {name} subcommand"));
+        writeln!(w, ".SH {}", name.to_uppercase())?;
+        writeln!(w, "{}", synopsis_form(usage))?;
+        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+            for paragraph in about.to_string().split("\n\n") {
+                writeln!(w, ".PP\n{}", line_guard(&escape(&sentence(paragraph))))?;
+            }
+        }
+        let (shared, own): (Vec<&Arg>, Vec<&Arg>) = visible_options(sub)
+            .filter(|a| a.get_id() != "help")
+            .partition(|a| cmd.get_arguments().any(|r| r.get_id() == a.get_id()));
+        let shared: Vec<String> = shared
+            .iter()
+            .filter_map(|a| a.get_long())
+            .map(|l| format!("\\fB\\-\\-{}\\fR", escape(l)))
+            .collect();
+        writeln!(
+            w,
+            ".PP\nIt takes these options as described under OPTIONS: {}; and its own:",
+            shared.join(", ")
+        )?;
+        write_option_entries(w, &own)?;
+    }
+
     writeln!(w, ".SH EXAMPLES")?;
     for (comment, command) in cli::EXAMPLES {
         writeln!(

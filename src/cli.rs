@@ -20,7 +20,27 @@ pub const USAGE: &str = "\
 redlock-run [OPTIONS] --key <KEY> -- <COMMAND> [ARGS]...
        redlock-run [OPTIONS] --key <KEY> -c <SHELL_STRING>
        redlock-run status [OPTIONS] --key <KEY> [--json]
-       redlock-run forget [OPTIONS] --key <KEY>";
+       redlock-run forget [OPTIONS] --key <KEY>
+       redlock-run acquire [OPTIONS] --key <KEY> [--max-hold <DUR>] [--github] [--dotenv <FILE>]
+       redlock-run release [OPTIONS] --key <KEY> [--token <TOKEN>]";
+
+/// The usage line of `acquire --help`.
+pub const ACQUIRE_USAGE: &str = "redlock-run acquire [OPTIONS] --key <KEY> [--max-hold <DUR>] \
+                                 [--github] [--dotenv <FILE>]";
+
+/// The usage line of `release --help`.
+pub const RELEASE_USAGE: &str = "redlock-run release [OPTIONS] --key <KEY> [--token <TOKEN>]";
+
+/// Exit code of `release` when there is nothing to release (no hold under that token, or it
+/// was released already).
+pub const EXIT_NOTHING: u8 = 3;
+
+/// Exit code of `release` when the lock is held by another token and no hold record says it
+/// was this token's: nothing was changed.
+pub const EXIT_NOT_YOURS: u8 = 4;
+
+/// `--max-hold`'s default: a keeper never renews a lock longer than this.
+pub const DEFAULT_MAX_HOLD: &str = "1h";
 
 /// The usage line of `status --help`.
 pub const STATUS_USAGE: &str = "redlock-run status [OPTIONS] --key <KEY> [--json]";
@@ -47,6 +67,12 @@ pub const EXAMPLES: &[(&str, &str)] = &[
          --ping https://hc-ping.com/YOUR-UUID -- ./batch.sh",
     ),
     (
+        "CI: hold the lock across several steps (a keeper renews it until release, at most \
+         --max-hold)",
+        "eval \"$(redlock-run acquire --key deploy:prod --wait 10m)\" && ./deploy.sh; \
+         redlock-run release --key deploy:prod",
+    ),
+    (
         "who holds it, and how did its last run end?",
         "redlock-run status --key deploy:prod",
     ),
@@ -65,7 +91,8 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     (
         "74",
-        "lock lost while the command ran; the command was stopped",
+        "lock lost while the command ran; the command was stopped (release: the hold was lost \
+         while held)",
     ),
     (
         "69",
@@ -73,6 +100,14 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     ("124", "--max-runtime reached; the command was stopped"),
     ("126 / 127", "command not executable / not found"),
+    (
+        "3",
+        "release: nothing to release (no hold under that token, or released already)",
+    ),
+    (
+        "4",
+        "release: the lock is held by another token; nothing was changed",
+    ),
     (
         "2",
         "bad usage (flags, durations, URL, key, missing command)",
@@ -153,6 +188,114 @@ pub enum Sub {
     /// Redis (on Redlock: any of the masters) cannot be reached.
     #[command(override_usage = FORGET_USAGE)]
     Forget(ForgetArgs),
+    /// Take the lock for several CI steps: a keeper process renews it until release, at most
+    /// --max-hold.
+    ///
+    /// Prints the hold as shell assignments, safe to eval (REDLOCK_TOKEN, REDLOCK_FENCE,
+    /// REDLOCK_KEY, exported). The keeper is detached (its own session, no terminal, stdio on
+    /// /dev/null) so the step can end; it gives the lock up when renewal cannot be confirmed
+    /// before the lease ends, at --max-hold, or on SIGTERM, SIGINT, SIGHUP or SIGQUIT, and records
+    /// when and why for release. Exits 0 once the keeper holds the lock, 75 busy, 69 unreachable.
+    #[command(override_usage = ACQUIRE_USAGE)]
+    Acquire(AcquireArgs),
+    /// Release a hold taken by acquire, by its token, and stop its keeper.
+    ///
+    /// Exits 0 when this hold was released, 74 when it was lost while held (says when and
+    /// why), 3 when there is nothing to release, 4 when another token holds the lock and no
+    /// hold of this token is recorded, 69 when Redis cannot be reached. A release with
+    /// another token never touches the lock.
+    #[command(override_usage = RELEASE_USAGE)]
+    Release(ReleaseArgs),
+}
+
+/// `acquire`'s options: the lease and busy-lock options of a run, and where the hold goes.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// Lease length: a keeper that dies frees the lock within it.
+    #[arg(short, long, env = "REDLOCK_TTL", value_name = "DUR", default_value = "30s",
+          value_parser = parse_duration, help_heading = "Lease")]
+    pub ttl: Duration,
+
+    /// Renewal interval [default: ttl/3].
+    #[arg(long, env = "REDLOCK_HEARTBEAT", value_name = "DUR", value_parser = parse_duration,
+          help_heading = "Lease")]
+    pub heartbeat: Option<Duration>,
+
+    /// The keeper gives the lock up this long before its lease would end unconfirmed
+    /// [default: 10s, at most ttl/3].
+    #[arg(long, env = "REDLOCK_GRACE", value_name = "DUR", value_parser = parse_duration,
+          help_heading = "Lease")]
+    pub grace: Option<Duration>,
+
+    /// The longest the keeper holds the lock: at DUR it releases it and records why, so a
+    /// cancelled pipeline never leaves a lock renewed for ever.
+    #[arg(long, env = "REDLOCK_MAX_HOLD", value_name = "DUR", default_value = DEFAULT_MAX_HOLD,
+          value_parser = parse_duration, help_heading = "Lease")]
+    pub max_hold: Duration,
+
+    /// Wait up to DUR for a busy lock, served in arrival order (not with Redlock): 0 tries
+    /// once, forever (or inf) has no limit.
+    #[arg(short, long, env = "REDLOCK_WAIT", value_name = "DUR|forever", default_value = "0",
+          value_parser = parse_wait, help_heading = "Busy lock")]
+    pub wait: Wait,
+
+    /// Let up to N holds have the lock at once (a counting semaphore); 1 is a mutex.
+    #[arg(
+        long,
+        env = "REDLOCK_LIMIT",
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Busy lock"
+    )]
+    pub limit: u32,
+
+    /// Exit code for a busy lock.
+    #[arg(short = 'E', long, env = "REDLOCK_CONFLICT_EXIT_CODE", value_name = "N",
+          default_value_t = EXIT_BUSY, help_heading = "Busy lock")]
+    pub conflict_exit_code: u8,
+
+    /// Replicas that must acknowledge the acquire and each renewal (Redis WAIT).
+    #[arg(
+        long,
+        env = "REDLOCK_MIN_REPLICAS",
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Lease"
+    )]
+    pub min_replicas: u32,
+
+    /// How long to wait for --min-replicas acknowledgements.
+    #[arg(long, env = "REDLOCK_REPLICA_TIMEOUT", value_name = "DUR", default_value = "1s",
+          value_parser = parse_duration, help_heading = "Lease")]
+    pub replica_timeout: Duration,
+
+    /// Also append the hold to $GITHUB_OUTPUT (token, fence, key) and $GITHUB_ENV
+    /// (REDLOCK_TOKEN, REDLOCK_FENCE, REDLOCK_KEY), for the job's later steps.
+    #[arg(long, env = "REDLOCK_GITHUB", action = ArgAction::SetTrue,
+          value_parser = parse_switch, help_heading = "Output")]
+    pub github: bool,
+
+    /// Also write the hold to FILE as a dotenv file (GitLab: artifacts:reports:dotenv).
+    #[arg(
+        long,
+        env = "REDLOCK_DOTENV",
+        value_name = "FILE",
+        help_heading = "Output"
+    )]
+    pub dotenv: Option<PathBuf>,
+}
+
+/// `release`'s options.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The hold's token, as acquire printed it.
+    #[arg(
+        long,
+        env = "REDLOCK_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
 }
 
 /// `forget` has no options of its own: the lock is named by the global ones.
@@ -171,7 +314,7 @@ pub struct StatusArgs {
 
 /// Where the lock lives. Shared by the run and `status`: global options, so that they may come
 /// before or after `status` (one given on both sides: the one after it wins).
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Lock and Redis")]
 pub struct ConnArgs {
     /// Lock name; the Redis key is PREFIX + KEY.

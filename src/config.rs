@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::cli::{ConnArgs, Period, RunArgs, Wait};
+use crate::cli::{AcquireArgs, ConnArgs, Period, ReleaseArgs, RunArgs, Wait};
 use crate::lease;
 use crate::lock::target::{self, Endpoint, Target, TargetError, Tls};
 use crate::lock::{self, ReplicaAck};
@@ -321,6 +321,124 @@ impl RunConfig {
             done_exit_code: run.done_exit_code.unwrap_or(0),
             observe,
         })
+    }
+}
+
+/// `acquire`: the lock as a run takes it, and how long and where the hold goes.
+#[derive(Debug, Clone)]
+pub struct AcquireConfig {
+    /// The run's settings (no command: `command.display` names the keeper in `status`).
+    pub run: RunConfig,
+    pub max_hold: Duration,
+    pub github: Option<GithubFiles>,
+    pub dotenv: Option<std::path::PathBuf>,
+}
+
+/// The holder info's command of a keeper (`acquire`), up to its --max-hold: `status` reads
+/// the --max-hold back to show the hold's deadline.
+pub const KEEPER_COMMAND: &str = "redlock-run acquire (keeper, --max-hold ";
+
+/// `--github`: the files of `$GITHUB_OUTPUT` and `$GITHUB_ENV`.
+#[derive(Debug, Clone)]
+pub struct GithubFiles {
+    pub output: std::path::PathBuf,
+    pub env: std::path::PathBuf,
+}
+
+impl AcquireConfig {
+    pub fn from_args(conn: &ConnArgs, args: &AcquireArgs) -> Result<Self, UsageError> {
+        if args.max_hold.is_zero() {
+            return Err(usage("--max-hold must be more than 0"));
+        }
+        if args.max_hold > LONGEST {
+            return Err(usage("--max-hold is longer than 10 years"));
+        }
+        let github = if args.github {
+            let file = |name: &str| match std::env::var_os(name) {
+                Some(path) if !path.is_empty() => Ok(std::path::PathBuf::from(path)),
+                _ => Err(usage(format!(
+                    "--github: ${name} is not set (it is set in a GitHub Actions step)"
+                ))),
+            };
+            Some(GithubFiles {
+                output: file("GITHUB_OUTPUT")?,
+                env: file("GITHUB_ENV")?,
+            })
+        } else {
+            None
+        };
+        if args
+            .dotenv
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            return Err(usage("--dotenv is empty: give the file to write"));
+        }
+        // The run's checks (ttl, heartbeat, grace, limit, replicas, key) apply as they are.
+        let run = RunArgs {
+            ttl: args.ttl,
+            heartbeat: args.heartbeat,
+            wait: args.wait,
+            limit: args.limit,
+            conflict_exit_code: args.conflict_exit_code,
+            grace: args.grace,
+            max_runtime: None,
+            hold_at_least: None,
+            once_per: None,
+            timezone: None,
+            done_exit_code: None,
+            min_replicas: args.min_replicas,
+            replica_timeout: args.replica_timeout,
+            shell: None,
+            record_args: false,
+            metrics_file: None,
+            ping: None,
+            ping_output: None,
+            command: vec!["redlock-run".into()],
+        };
+        let mut run = RunConfig::from_args(conn, &run)?;
+        run.command.display = format!("{KEEPER_COMMAND}{})", show(args.max_hold));
+        Ok(AcquireConfig {
+            run,
+            max_hold: args.max_hold,
+            github,
+            dotenv: args.dotenv.clone(),
+        })
+    }
+}
+
+/// `release`: the lock and the hold's token.
+#[derive(Debug, Clone)]
+pub struct ReleaseConfig {
+    pub target: Target,
+    pub token: String,
+}
+
+impl ReleaseConfig {
+    pub fn from_args(conn: &ConnArgs, args: &ReleaseArgs) -> Result<Self, UsageError> {
+        let token = args.token.clone().unwrap_or_default();
+        if token.trim().is_empty() {
+            return Err(usage(
+                "release needs the hold's token: --token TOKEN, or REDLOCK_TOKEN as acquire \
+                 printed it",
+            ));
+        }
+        let mut target = target_from_args(conn)?;
+        // `acquire` prints REDLOCK_KEY as a run's command sees it: the full key, prefix
+        // included. Read back from the environment beside the hold's REDLOCK_TOKEN, it is taken
+        // as that key, not prefixed a second time.
+        if let (Some(name), Ok(env_key)) = (&conn.key, std::env::var("REDLOCK_KEY"))
+            && *name == env_key
+            && std::env::var_os("REDLOCK_TOKEN").is_some()
+            && name.starts_with(&conn.prefix)
+            && !conn.prefix.is_empty()
+        {
+            target = target_from_args(&ConnArgs {
+                key: Some(name[conn.prefix.len()..].to_owned()),
+                ..conn.clone()
+            })?;
+        }
+        Ok(ReleaseConfig { target, token })
     }
 }
 

@@ -9,6 +9,8 @@
 //! main.rs, lib.rs  parse, run, exit (by the command's own signal when it died by one)
 //! supervise/       the supervisor: acquire and wait, hold, lease keeper, stopper, outcome,
 //!                  backoff, messages; every change of the lock's state happens there
+//!   steps/         holds across CI steps: `acquire` (start.rs) leaves a keeper (keep.rs)
+//!                  until `release` (release.rs); output.rs: eval, GitHub, dotenv
 //! status.rs        the `status` and `forget` subcommands (the lock and its run record)
 //! process/         the command as processes: group, cgroup, whole tree, signals, terminal
 //! config.rs        flags and environment -> checked settings, before anything runs
@@ -159,6 +161,38 @@ fn parse_and_run() -> End {
             );
             exit::USAGE.into()
         }
+        Some(Sub::Acquire(_) | Sub::Release(_))
+            if cli.run.shell.is_some() || !cli.run.command.is_empty() =>
+        {
+            report.error(
+                "usage",
+                "error: acquire and release run no command: the steps between them are the \
+                 work (drop -c or the command)",
+            );
+            exit::USAGE.into()
+        }
+        Some(Sub::Acquire(args)) => match config::AcquireConfig::from_args(&cli.conn, args) {
+            Ok(cfg) => {
+                let report = report.with_key(&cfg.run.target.key);
+                warn_about(&cfg.run.target, &report);
+                let code = match supervise::Handshake::from_env() {
+                    Some(handshake) => runtime
+                        .block_on(supervise::keep(&cfg, handshake, &report))
+                        .code(),
+                    None => runtime.block_on(supervise::start(&cfg, &report)),
+                };
+                code.into()
+            }
+            Err(e) => usage_error(&report, &e).code().into(),
+        },
+        Some(Sub::Release(args)) => match config::ReleaseConfig::from_args(&cli.conn, args) {
+            Ok(cfg) => {
+                let report = report.with_key(&cfg.target.key);
+                warn_about(&cfg.target, &report);
+                runtime.block_on(supervise::release(&cfg, &report)).into()
+            }
+            Err(e) => usage_error(&report, &e).code().into(),
+        },
         Some(Sub::Forget(_)) => match config::target_from_args(&cli.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);

@@ -162,7 +162,27 @@ fn holder_text(key: &str, s: &Status) -> String {
     if let Some(cmd) = &s.command {
         let _ = write!(out, ", command: {cmd}");
     }
+    if let Some(until) = keeper_deadline(s) {
+        let _ = write!(
+            out,
+            ", max-hold deadline {}",
+            humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(until))
+        );
+    }
     out
+}
+
+/// A keeper's hold (`acquire`): when its --max-hold ends (ms since 1970, server clock), from
+/// its holder info.
+fn keeper_deadline(s: &Status) -> Option<u64> {
+    let max_hold = s
+        .command
+        .as_deref()?
+        .strip_prefix(crate::config::KEEPER_COMMAND)?
+        .strip_suffix(')')?;
+    let max_hold = humantime::parse_duration(max_hold).ok()?;
+    s.acquired_ms?
+        .checked_add(u64::try_from(max_hold.as_millis()).ok()?)
 }
 
 /// `k: 2 of 3 held: web1 pid 7 (acquired ..., ttl left 20s, fence 9, command: x); ...`
@@ -288,6 +308,9 @@ struct StatusJson<'a> {
     pid: Option<u32>,
     command: Option<&'a str>,
     acquired_ms: Option<u64>,
+    /// A keeper's hold (`acquire`): when its --max-hold ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_hold_until_ms: Option<u64>,
     ttl_ms: Option<u64>,
     fence: Option<u64>,
     /// Runs waiting in the queue (`--wait`), and the next one as `host pid`.
@@ -375,6 +398,7 @@ fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
         pid: s.pid,
         command: s.command.as_deref(),
         acquired_ms: s.acquired_ms,
+        max_hold_until_ms: keeper_deadline(s),
         ttl_ms: s.ttl_ms,
         fence: s.fence,
         queued: s.queued,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt};
 
 use super::error::RedisFailure;
+use super::protocol::hold::{HoldChange, HoldRecord};
 use super::protocol::record::{Finished, Records};
 use super::token::Token;
 use crate::lease::Stamp;
@@ -92,6 +93,19 @@ pub trait Lock {
     /// Clear the run record (`forget`), on every server, within `within`; the lock itself is
     /// left alone. Returns how many record keys existed (the most any server had).
     async fn forget(&self, within: Duration) -> Result<u64, RedisFailure>;
+
+    /// The record of a hold across CI steps (`acquire` ... `release`, `protocol/hold.rs`)
+    /// under `token`: `change` applied in one script on every server, within `within`.
+    /// `Begin` writes only where the lock holds the token. Returns the record as it then
+    /// stands (`None`: there is none, or `Begin` found the lock not ours). A backend on
+    /// several servers answers once a quorum agreed, and prefers an ended record to one still
+    /// held (a keeper that ended the hold on a quorum of nodes).
+    async fn hold(
+        &self,
+        token: &Token,
+        change: &HoldChange,
+        within: Duration,
+    ) -> Result<Option<HoldRecord>, RedisFailure>;
 
     /// A waiter that gives up leaves the queue now (best effort, within `within`): a place
     /// left behind would make the others wait until it expires.

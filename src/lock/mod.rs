@@ -33,6 +33,7 @@ pub use contract::{
     Renewal, ReplicaAck, Status, Waiter,
 };
 pub use error::{FailureKind, RedisFailure};
+pub use protocol::hold::{HoldChange, HoldRecord, HoldState};
 pub use protocol::keys::check as check_name;
 pub use protocol::record::{Finished, Outcome as RunOutcome, Records, RunRecord};
 pub use token::Token;

@@ -13,6 +13,11 @@ impl Token {
         Token(uuid::Uuid::new_v4())
     }
 
+    /// A token as `as_str` wrote it (`release --token`); `None` for anything else.
+    pub fn parse(s: &str) -> Option<Token> {
+        uuid::Uuid::try_parse(s.trim()).ok().map(Token)
+    }
+
     /// As stored in Redis: hyphenated lower-case hex.
     pub fn as_str(&self) -> String {
         self.0.hyphenated().to_string()

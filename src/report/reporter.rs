@@ -127,6 +127,13 @@ impl Reporter {
         }
     }
 
+    /// What an operator command did (`release`: released): one line, silent under --quiet.
+    pub fn done(&self, event: &str, msg: impl Display) {
+        if !self.quiet {
+            self.emit(Level::Info, event, &msg.to_string());
+        }
+    }
+
     /// The end of a run, with its numbers (`RunFields`) in JSON. Only with --verbose.
     pub fn finished(&self, msg: impl Display, fields: &RunFields) {
         if self.verbose {

@@ -27,7 +27,10 @@ mod observe;
 mod once;
 mod outcome;
 mod shared;
+mod steps;
 mod stopper;
+
+pub use steps::{Handshake, keep, release, start};
 
 use std::time::Duration;
 

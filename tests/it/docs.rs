@@ -338,6 +338,7 @@ fn readme_examples_are_correct_as_written() {
         "docs/reference.md",
         "docs/guarantees.md",
         "docs/install.md",
+        "docs/ci.md",
     ] {
         for (title, words) in calls(&read(page)) {
             let parsed = redlock_run::cli::Cli::try_parse_from(&words);
@@ -417,6 +418,7 @@ fn readme_starts_with_the_two_commands_and_links_resolve() {
         "docs/guarantees.md",
         "docs/install.md",
         "docs/performance.md",
+        "docs/ci.md",
     ];
     for page in pages {
         let text = read(page);

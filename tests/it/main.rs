@@ -16,6 +16,10 @@
 //!   SIGKILLed wrapper, `--hold-at-least` (and no hold when the command never ran).
 //! - `limit`: `--limit N`: never more than N at once, a killed holder's permit expires,
 //!   mismatched limits refused, `status` lists every holder, order kept, random kills.
+//! - `multi_step`: issue 25: holds across CI steps (`acquire`, a detached keeper, `release`):
+//!   three ttls, busy and queued acquires, `--limit`, a killed keeper, a deleted lock,
+//!   `--max-hold`, another token, the eval/GitHub/dotenv output, the docs' CI examples run step
+//!   by step, and on Sentinel, Cluster and Redlock.
 //! - `signals`: forwarding to the command, a second TERM, a signal while waiting for the lock.
 //! - `child`: exit status passthrough, 126/127, the `REDLOCK_*` variables, stdio,
 //!   `--max-runtime` (also after a forwarded INT or TERM).
@@ -98,6 +102,7 @@ mod hardening;
 mod harness;
 mod lease;
 mod limit;
+mod multi_step;
 mod network;
 mod observe;
 mod once_per_faults;

@@ -35,6 +35,7 @@ pub const COMPANIONS: &[&str] = &[
     "limit",
     "last-run",
     "last-success",
+    "holds",
 ];
 
 /// The Redis keys of one lock.
@@ -66,6 +67,9 @@ pub struct Keys {
     /// The same record of the last run that succeeded, kept apart so that a failure does
     /// not hide when the job last worked.
     pub last_success: String,
+    /// Holds that span several CI steps (`acquire` ... `release`): one record per token (a
+    /// hash, field = token), see `hold.rs`; kept for the hold's --max-hold plus its retention.
+    pub holds: String,
 }
 
 /// Why a lock name cannot be used.
@@ -110,6 +114,7 @@ impl Keys {
             limit: companion("limit"),
             last_run: companion("last-run"),
             last_success: companion("last-success"),
+            holds: companion("holds"),
         })
     }
 }
@@ -164,7 +169,7 @@ mod tests {
 
     /// The part of a key Redis Cluster hashes: the tag if there is one, else the whole key.
     /// The lock key and every companion.
-    fn all(k: &Keys) -> [&String; 11] {
+    fn all(k: &Keys) -> [&String; 12] {
         [
             &k.lock,
             &k.fence,
@@ -177,6 +182,7 @@ mod tests {
             &k.limit,
             &k.last_run,
             &k.last_success,
+            &k.holds,
         ]
     }
 

@@ -8,6 +8,8 @@
 //!   end; same companions, same reply shapes.
 //! - `status`: one read-only pipeline that reads either of them.
 //! - `keys`: the naming rule for a lock key and its companions.
+//! - `hold`: the record of a hold across CI steps (`acquire` ... `release`), one per token,
+//!   written only while the lock holds that token, ended once.
 //! - `record`: the run record beside the lock (last run, last success), written by the
 //!   release scripts, read with `status`, cleared by `forget`.
 //!
@@ -36,6 +38,7 @@
 //! other one ([`ScriptCall::needs_moved`]), is written in the scripts; `topology/cluster.rs`
 //! does the routing. This is the one place that tells how Redis serves a migrating slot.
 
+pub mod hold;
 pub mod keys;
 pub mod mutex;
 pub mod record;

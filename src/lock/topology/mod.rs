@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use crate::lock::target::{Endpoint, Target};
 use crate::lock::{
-    Attempt, Finished, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released, Renewal,
-    ReplicaAck, Status, Token,
+    Attempt, Finished, HoldChange, HoldRecord, HolderInfo, Lock, RedisFailure, ReleaseNotices,
+    Released, Renewal, ReplicaAck, Status, Token,
 };
 use cluster::Cluster;
 use one_master::OneMaster;
@@ -126,5 +126,14 @@ impl Lock for Backend {
 
     async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {
         each!(self, b => b.forget(within).await)
+    }
+
+    async fn hold(
+        &self,
+        token: &Token,
+        change: &HoldChange,
+        within: Duration,
+    ) -> Result<Option<HoldRecord>, RedisFailure> {
+        each!(self, b => b.hold(token, change, within).await)
     }
 }

@@ -27,11 +27,11 @@ use super::server::ScriptReply;
 use super::shared::{UNDO_AT_LEAST, read_status};
 use crate::lease::Stamp;
 use crate::lock::protocol::mutex::{self, AcquireReply};
-use crate::lock::protocol::{Protocol, ScriptCall};
+use crate::lock::protocol::{Protocol, ScriptCall, hold};
 use crate::lock::target::Target;
 use crate::lock::{
-    Attempt, Finished, Grant, Holder, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released,
-    Renewal, ReplicaAck, Status, Token,
+    Attempt, Finished, Grant, HoldChange, HoldRecord, Holder, HolderInfo, Lock, RedisFailure,
+    ReleaseNotices, Released, Renewal, ReplicaAck, Status, Token,
 };
 
 /// How calls reach the master that holds the lock's slot now, each within its bound. A route
@@ -275,6 +275,20 @@ impl<R: Route> Lock for OneMaster<R> {
             .read(&self.protocol.status(), "status", self.timeout)
             .await?;
         read_status(answered.reply, &answered.by)
+    }
+
+    async fn hold(
+        &self,
+        token: &Token,
+        change: &HoldChange,
+        within: Duration,
+    ) -> Result<Option<HoldRecord>, RedisFailure> {
+        let call = hold::call(self.protocol.keys(), &token.as_str(), change);
+        let answered = self
+            .route
+            .script(&call, None, "the hold record", within)
+            .await?;
+        hold::parse(&answered.reply.value).map_err(|()| unexpected(&answered, "the hold record"))
     }
 
     async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {

@@ -49,11 +49,11 @@ use super::server::{ScriptReply, Server};
 use super::shared::{UNDO_AT_LEAST, named, read_status};
 use crate::lease::{self, Stamp};
 use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
-use crate::lock::protocol::{ScriptCall, record, status};
+use crate::lock::protocol::{ScriptCall, hold, record, status};
 use crate::lock::target::{QuorumNodes, Target};
 use crate::lock::{
-    Attempt, FailureKind, Finished, Grant, Holder, HolderInfo, Lock, NodeStatus, RedisFailure,
-    ReleaseNotices, Released, Renewal, Status, Token,
+    Attempt, FailureKind, Finished, Grant, HoldChange, HoldRecord, Holder, HolderInfo, Lock,
+    NodeStatus, RedisFailure, ReleaseNotices, Released, Renewal, Status, Token,
 };
 
 /// The least bound on one node's acquire or write-back: a round trip on a real network with
@@ -795,6 +795,62 @@ impl Lock for Quorum {
             records,
             ..view
         })
+    }
+
+    async fn hold(
+        &self,
+        token: &Token,
+        change: &HoldChange,
+        within: Duration,
+    ) -> Result<Option<HoldRecord>, RedisFailure> {
+        // Every node, as the lock itself: a record is where the lock was, and a majority of
+        // answers decides (two majorities share a node).
+        let call = hold::call(self.mutex.keys(), &token.as_str(), change);
+        let replies = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.script(&call, None, "the hold record", within)),
+        )
+        .await;
+        let (mut records, mut answered, mut failures) = (Vec::new(), 0, Vec::new());
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            match reply.map(|r| r.value) {
+                Ok(value) => match hold::parse(&value) {
+                    Ok(record) => {
+                        answered += 1;
+                        records.extend(record);
+                    }
+                    Err(()) => failures.push(unexpected(node, "the hold record", &value)),
+                },
+                Err(e) => failures.push(e),
+            }
+        }
+        if answered < self.quorum {
+            let first = failures
+                .first()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            let kind = failures
+                .first()
+                .map_or(FailureKind::Unreachable, |f| f.kind);
+            return Err(RedisFailure::of_many(
+                kind,
+                format!("{} of {} Redlock masters", failures.len(), self.n()),
+                format!(
+                    "the hold record: {answered} of {} nodes answered, {} needed; {first}",
+                    self.n(),
+                    self.quorum
+                ),
+                true,
+            ));
+        }
+        if matches!(change, HoldChange::Begin { .. }) && records.len() < self.quorum {
+            // The lock is ours on fewer than a quorum of nodes: no hold.
+            return Ok(None);
+        }
+        // An ended record wins (the latest end); else one still held.
+        records.sort_by_key(|r| (r.state.ended(), r.ended_ms));
+        Ok(records.pop())
     }
 
     async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {

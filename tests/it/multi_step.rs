@@ -1,0 +1,624 @@
+//! Issue 25: holds that span several CI steps: `acquire` leaves a detached keeper that renews
+//! the lock, `release` releases it by token. Across three ttls, busy and queued acquires, a
+//! keeper SIGKILLed (the lock expires, release says lost), the lock deleted under the keeper,
+//! --max-hold, a release with another token, the eval / GitHub / dotenv output, a step's shell
+//! that exits while the keeper holds on, and on Sentinel, Cluster and Redlock.
+
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::common::cluster::Cluster;
+use crate::common::quorum::Nodes;
+use crate::common::sentinel::SentinelSet;
+use crate::common::*;
+
+/// The lease of these tests: short, so that "three ttls" and "expired within the ttl" are
+/// seconds, long enough for a loaded machine's renewals.
+const TTL: &str = "2s";
+const TTL_MS: u64 = 2000;
+
+/// A hold as `acquire` printed it, and its keeper (killed on drop if still there).
+struct Hold {
+    token: String,
+    fence: u64,
+    key: String,
+    keeper: PidGuard,
+}
+
+/// The `export NAME='value'` lines of `acquire`, as a shell's eval would read them.
+fn exported(stdout: &str) -> Vec<(String, String)> {
+    stdout
+        .lines()
+        .map(|line| {
+            let rest = line.strip_prefix("export ").expect("export NAME=...");
+            let (name, value) = rest.split_once('=').expect("NAME=value");
+            let value = value
+                .strip_prefix('\'')
+                .and_then(|v| v.strip_suffix('\''))
+                .expect("single-quoted")
+                .replace(r"'\''", "'");
+            (name.to_owned(), value)
+        })
+        .collect()
+}
+
+/// `acquire` through `w` (which names the server and key): expects exit 0 and finds the keeper
+/// by `status --json` (the holder's pid).
+fn acquire(w: &Wrapper, args: &[&str]) -> Hold {
+    let out = w.clone().arg("acquire").args(args).run();
+    out.expect_code(0);
+    hold_from(w, &out.stdout)
+}
+
+fn hold_from(w: &Wrapper, stdout: &str) -> Hold {
+    let vars = exported(stdout);
+    let get = |name: &str| {
+        vars.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{name} missing from {stdout:?}"))
+    };
+    let token = get("REDLOCK_TOKEN");
+    let fence: u64 = get("REDLOCK_FENCE").parse().expect("fence");
+    let key = get("REDLOCK_KEY");
+    let status = status_json(w);
+    // The keeper is the holder (with --limit, the holder of this fence).
+    let holder = match status["holders"].as_array() {
+        Some(holders) => holders
+            .iter()
+            .find(|h| h["fence"] == fence)
+            .cloned()
+            .unwrap_or_else(|| panic!("no holder with fence {fence}: {status}")),
+        None => status.clone(),
+    };
+    let pid = holder["pid"].as_i64().expect("holder pid") as i32;
+    Hold {
+        token,
+        fence,
+        key,
+        keeper: PidGuard::new(pid),
+    }
+}
+
+fn status_json(w: &Wrapper) -> serde_json::Value {
+    let out = w.clone().args(["status", "--json"]).run();
+    out.expect_code(0);
+    parse_json(&out.stdout)
+}
+
+fn release(w: &Wrapper, token: &str) -> Outcome {
+    w.clone().args(["release", "--token", token]).run()
+}
+
+/// /proc/PID/stat fields 6 (session) and 7 (controlling terminal).
+fn session_and_tty(pid: i32) -> (i32, i32) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    (fields[3].parse().unwrap(), fields[4].parse().unwrap())
+}
+
+#[test]
+fn acquire_status_across_three_ttls_then_release() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let hold = acquire(&w, &["--ttl", TTL]);
+    assert_eq!(hold.key, "redlock:deploy");
+    assert_eq!(
+        redis.get("redlock:deploy").as_deref(),
+        Some(hold.token.as_str())
+    );
+    let keeper = hold.keeper.pid();
+    // Detached: a session of its own, no controlling terminal, stdio on /dev/null.
+    assert_eq!(session_and_tty(keeper), (keeper, 0));
+    for fd in 0..=2 {
+        let target = std::fs::read_link(format!("/proc/{keeper}/fd/{fd}")).unwrap();
+        assert_eq!(target, std::path::Path::new("/dev/null"), "fd {fd}");
+    }
+    // The token is in no argument list.
+    let cmdline = std::fs::read(format!("/proc/{keeper}/cmdline")).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains(&hold.token));
+
+    std::thread::sleep(Duration::from_millis(3 * TTL_MS + 500));
+    assert_eq!(
+        redis.get("redlock:deploy").as_deref(),
+        Some(hold.token.as_str())
+    );
+    let status = status_json(&w);
+    assert_eq!(status["pid"], keeper, "{status}");
+    assert!(
+        status["command"]
+            .as_str()
+            .unwrap()
+            .contains("keeper, --max-hold 1h"),
+        "{status}"
+    );
+    let text = w.clone().arg("status").run();
+    assert!(text.stdout.contains("max-hold deadline"), "{text}");
+
+    let out = release(&w, &hold.token);
+    out.expect_code(0)
+        .expect_stderr_contains("released redlock:deploy");
+    assert!(!redis.exists("redlock:deploy"));
+    wait_until(secs(20), "the keeper ends after the release", || {
+        !pid_alive(keeper)
+    });
+    // Recorded like a run.
+    let status = status_json(&w);
+    assert_eq!(status["last_run"]["outcome"], "succeeded", "{status}");
+    assert_eq!(status["last_run"]["fence"], hold.fence, "{status}");
+    // A second release finds nothing to release.
+    release(&w, &hold.token).expect_code(3);
+}
+
+#[test]
+fn a_second_acquire_is_busy_and_waiting_ones_are_served_in_order() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let first = acquire(&w, &["--ttl", TTL]);
+    w.clone()
+        .args(["acquire", "--ttl", TTL])
+        .run()
+        .expect_code(75);
+
+    let a = w
+        .clone()
+        .args(["acquire", "--ttl", TTL, "--wait", "120s"])
+        .spawn();
+    wait_until(secs(30), "A queued", || status_json(&w)["queued"] == 1);
+    let b = w
+        .clone()
+        .args(["acquire", "--ttl", TTL, "--wait", "120s"])
+        .spawn();
+    wait_until(secs(30), "B queued", || status_json(&w)["queued"] == 2);
+
+    release(&w, &first.token).expect_code(0);
+    let a = a.wait(secs(60));
+    a.expect_code(0);
+    let hold_a = hold_from(&w, &a.stdout);
+    assert!(hold_a.fence > first.fence);
+    std::thread::sleep(Duration::from_millis(TTL_MS));
+    let mut b = b;
+    assert!(b.is_running(), "B must still wait while A holds");
+
+    release(&w, &hold_a.token).expect_code(0);
+    let b = b.wait(secs(60));
+    b.expect_code(0);
+    let hold_b = hold_from(&w, &b.stdout);
+    assert!(hold_b.fence > hold_a.fence);
+    release(&w, &hold_b.token).expect_code(0);
+}
+
+#[test]
+fn a_killed_keeper_lets_the_lock_expire_and_release_says_lost() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let hold = acquire(&w, &["--ttl", TTL]);
+    kill(Pid::from_raw(hold.keeper.pid()), Signal::SIGKILL).unwrap();
+    let took = wait_until(secs(30), "the lock expires", || {
+        !redis.exists("redlock:deploy")
+    });
+    assert!(took < secs(20), "{took:?}");
+    let out = release(&w, &hold.token);
+    out.expect_code(74)
+        .expect_stderr_contains("was lost while held")
+        .expect_stderr_contains("expired or been deleted before the release");
+    // Lost is final.
+    release(&w, &hold.token).expect_code(74);
+}
+
+#[test]
+fn a_lock_deleted_under_the_keeper_ends_the_hold_and_release_says_why() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let hold = acquire(&w, &["--ttl", TTL]);
+    redis.cli(&["DEL", "redlock:deploy"]);
+    wait_until(secs(30), "the keeper ends", || {
+        !pid_alive(hold.keeper.pid())
+    });
+    let out = release(&w, &hold.token);
+    out.expect_code(74)
+        .expect_stderr_contains("a renewal found the lock deleted");
+}
+
+#[test]
+fn max_hold_releases_at_the_bound() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let hold = acquire(&w, &["--ttl", TTL, "--max-hold", "3s"]);
+    wait_until(secs(30), "released at --max-hold", || {
+        !redis.exists("redlock:deploy")
+    });
+    wait_until(secs(10), "the keeper ends", || {
+        !pid_alive(hold.keeper.pid())
+    });
+    let out = release(&w, &hold.token);
+    out.expect_code(74)
+        .expect_stderr_contains("ended at its --max-hold")
+        .expect_stderr_contains("--max-hold 3s reached");
+    assert_eq!(status_json(&w)["last_run"]["outcome"], "timed-out");
+}
+
+#[test]
+fn release_with_another_token_is_refused_and_leaves_the_lock() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let hold = acquire(&w, &["--ttl", TTL]);
+    let other = "3f1c8f3e-0000-4000-8000-000000000000";
+    release(&w, other)
+        .expect_code(4)
+        .expect_stderr_contains("held by another token");
+    release(&w, "not-a-token").expect_code(2);
+    w.clone().arg("release").run().expect_code(2);
+    assert_eq!(
+        redis.get("redlock:deploy").as_deref(),
+        Some(hold.token.as_str())
+    );
+    assert!(pid_alive(hold.keeper.pid()));
+    release(&w, &hold.token).expect_code(0);
+    // Free, and an unknown token: nothing to release.
+    release(&w, other).expect_code(3);
+}
+
+#[test]
+fn the_step_shell_exits_and_the_outputs_carry_the_hold() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let (gh_out, gh_env, dotenv) = (
+        dir.path().join("gh_output"),
+        dir.path().join("gh_env"),
+        dir.path().join("hold.env"),
+    );
+    // A CI step: eval the output in a shell that then ends; the keeper holds on.
+    let script = format!(
+        "eval \"$(\"$BIN\" acquire --redis {} --key 'it'\\''s' --ttl {TTL} --github --dotenv {})\" \
+         && echo \"$REDLOCK_TOKEN $REDLOCK_FENCE $REDLOCK_KEY\" > vars",
+        redis.url(),
+        dotenv.display()
+    );
+    let step = Wrapper::new()
+        .env("BIN", wrapper_bin())
+        .env("GITHUB_OUTPUT", &gh_out)
+        .env("GITHUB_ENV", &gh_env)
+        .current_dir(dir.path())
+        .run_via_shell(&script);
+    step.expect_code(0);
+    let vars = read_trimmed(&dir.path().join("vars"));
+    let mut words = vars.splitn(3, ' ');
+    let (token, fence, key) = (
+        words.next().unwrap().to_owned(),
+        words.next().unwrap().to_owned(),
+        words.next().unwrap().to_owned(),
+    );
+    assert_eq!(key, "redlock:it's");
+    let w = Wrapper::on(&redis, "it's");
+    let hold = hold_from(
+        &w,
+        &format!(
+            "export REDLOCK_TOKEN='{token}'\nexport REDLOCK_FENCE='{fence}'\nexport REDLOCK_KEY='redlock:it'\\''s'\n"
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(2 * TTL_MS));
+    assert_eq!(redis.get("redlock:it's").as_deref(), Some(token.as_str()));
+
+    let output = std::fs::read_to_string(&gh_out).unwrap();
+    assert_eq!(output, format!("token={token}\nfence={fence}\nkey={key}\n"));
+    let env = std::fs::read_to_string(&gh_env).unwrap();
+    assert_eq!(
+        env,
+        format!("REDLOCK_TOKEN={token}\nREDLOCK_FENCE={fence}\nREDLOCK_KEY={key}\n")
+    );
+    assert_eq!(std::fs::read_to_string(&dotenv).unwrap(), env);
+
+    // A later step with the GitHub environment: REDLOCK_KEY (the full key) and REDLOCK_TOKEN.
+    let later = Wrapper::new()
+        .args(["release", "--redis", &redis.url()])
+        .env("REDLOCK_KEY", &key)
+        .env("REDLOCK_TOKEN", &token)
+        .run();
+    later.expect_code(0);
+    assert!(!redis.exists("redlock:it's"));
+    wait_until(secs(20), "the keeper ends", || {
+        !pid_alive(hold.keeper.pid())
+    });
+
+    // --github outside GitHub Actions: a usage error before anything is taken.
+    Wrapper::on(&redis, "x")
+        .args(["acquire", "--github"])
+        .run()
+        .expect_code(2)
+        .expect_stderr_contains("GITHUB_OUTPUT is not set");
+    assert!(!redis.exists("redlock:x"));
+}
+
+/// Acquire, three ttls, release, on another topology.
+fn across_steps_on(w: &Wrapper, holds: impl Fn(&str) -> bool) {
+    let hold = acquire(w, &["--ttl", TTL]);
+    std::thread::sleep(Duration::from_millis(3 * TTL_MS + 500));
+    assert!(holds(&hold.token), "still held after three ttls");
+    release(w, "3f1c8f3e-0000-4000-8000-000000000000").expect_code(4);
+    release(w, &hold.token).expect_code(0);
+    assert!(!holds(&hold.token));
+    wait_until(secs(20), "the keeper ends", || {
+        !pid_alive(hold.keeper.pid())
+    });
+    kill_and_release_lost(w);
+}
+
+/// A keeper SIGKILLed: release says lost once the lease ran out.
+fn kill_and_release_lost(w: &Wrapper) {
+    let hold = acquire(w, &["--ttl", TTL]);
+    kill(Pid::from_raw(hold.keeper.pid()), Signal::SIGKILL).unwrap();
+    wait_until(secs(30), "the lock expires", || {
+        status_json(w)["held"] == false
+    });
+    release(w, &hold.token).expect_code(74);
+}
+
+#[test]
+fn sentinel_holds_across_steps() {
+    let set = SentinelSet::start(1);
+    let w = set.wrapper("deploy");
+    across_steps_on(&w, |token| {
+        status_json(&w)["held"] == true && token.len() == 36
+    });
+}
+
+#[test]
+fn cluster_holds_across_steps_in_the_lock_slot() {
+    let cluster = Cluster::start(3, 0);
+    let w = cluster.wrapper("deploy");
+    let owner = cluster.owner_of("redlock:deploy");
+    across_steps_on(&w, |token| {
+        cluster.nodes[owner].get("redlock:deploy").as_deref() == Some(token)
+    });
+}
+
+#[test]
+fn redlock_holds_across_steps() {
+    let nodes = Nodes::start(3);
+    let w = nodes.wrapper("deploy");
+    across_steps_on(&w, |token| {
+        nodes
+            .servers
+            .iter()
+            .filter(|s| s.get("redlock:deploy").as_deref() == Some(token))
+            .count()
+            >= 2
+    });
+}
+
+/// The YAML blocks of docs/ci.md: (GitHub Actions, GitLab CI).
+fn ci_examples() -> (String, String) {
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ci.md"),
+    )
+    .unwrap();
+    let mut blocks = page
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().to_owned());
+    (blocks.next().unwrap(), blocks.next().unwrap())
+}
+
+/// The values of `key:` lines (`run:`) or the items of `key:` lists (`script:`), in order:
+/// a line-based reading of the examples' simple YAML.
+fn yaml_values(yaml: &str, key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut list_indent: Option<usize> = None;
+    for line in yaml.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let text = line.trim_start().trim_start_matches("- ");
+        if let Some(at) = list_indent {
+            if indent > at && line.trim_start().starts_with("- ") {
+                out.push(line.trim_start()[2..].to_owned());
+                continue;
+            }
+            list_indent = None;
+        }
+        if let Some(value) = text.strip_prefix(&format!("{key}:")) {
+            if value.trim().is_empty() {
+                list_indent = Some(indent);
+            } else {
+                out.push(value.trim().to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// The YAML parses (PyYAML, when python3 has it) and says what the line-based reading says.
+fn check_yaml(yaml: &str, path: &str, lines: &[String]) {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import yaml"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("python3 with PyYAML not found: the YAML is read line by line only");
+        return;
+    }
+    let script = format!(
+        "import sys, json, yaml\ndoc = yaml.safe_load(sys.stdin)\nprint(json.dumps({path}))"
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the YAML does not parse:\n{yaml}");
+    let parsed: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(parsed, lines, "{yaml}");
+}
+
+/// A directory with `redlock-run` (the binary under test) and the examples' scripts.
+fn ci_bin_dir(dir: &std::path::Path) {
+    std::os::unix::fs::symlink(wrapper_bin(), dir.join("redlock-run")).unwrap();
+    for script in ["migrate.sh", "deploy.sh"] {
+        let path = dir.join(script);
+        std::fs::write(&path, format!("#!/bin/sh\necho \"$1\" >> {script}.ran\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// The GitHub Actions example, step by step as a runner runs it: each `run:` a shell of its
+/// own, `$GITHUB_ENV` read into the next steps' environment, `uses:` steps skipped.
+#[test]
+fn the_github_actions_example_runs() {
+    let (github, _) = ci_examples();
+    let runs = yaml_values(&github, "run");
+    check_yaml(
+        &github,
+        "[s['run'] for s in doc['jobs']['deploy']['steps'] if 'run' in s]",
+        &runs,
+    );
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let redis = RedisServer::start();
+    let dir = scratch();
+    ci_bin_dir(dir.path());
+    let (gh_out, gh_env) = (dir.path().join("output"), dir.path().join("env"));
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let mut keeper = None;
+    for (i, run) in runs.iter().enumerate() {
+        let mut step = Wrapper::new()
+            .env("PATH", &path)
+            .env("REDLOCK_REDIS", redis.url())
+            .env("GITHUB_OUTPUT", &gh_out)
+            .env("GITHUB_ENV", &gh_env)
+            .current_dir(dir.path());
+        for line in std::fs::read_to_string(&gh_env).unwrap_or_default().lines() {
+            let (k, v) = line.split_once('=').unwrap();
+            step = step.env(k, v);
+        }
+        let out = step.run_via_shell(run);
+        out.expect_code(0);
+        if i == 0 {
+            keeper = Some(PidGuard::new(
+                status_json(&Wrapper::on(&redis, "deploy:prod"))["pid"]
+                    .as_i64()
+                    .unwrap() as i32,
+            ));
+            assert!(redis.exists("redlock:deploy:prod"));
+        }
+    }
+    let fence = read_trimmed(&dir.path().join("migrate.sh.ran"));
+    assert!(
+        std::fs::read_to_string(&gh_out)
+            .unwrap()
+            .contains(&format!("fence={fence}\n"))
+    );
+    assert!(!redis.exists("redlock:deploy:prod"));
+    let keeper = keeper.unwrap().pid();
+    wait_until(secs(20), "the keeper ends", || !pid_alive(keeper));
+}
+
+/// The GitLab example: `before_script` and `script` in one shell, `after_script` in another.
+#[test]
+fn the_gitlab_example_runs() {
+    let (_, gitlab) = ci_examples();
+    let before = yaml_values(&gitlab, "before_script");
+    let script = yaml_values(&gitlab, "script");
+    let after = yaml_values(&gitlab, "after_script");
+    check_yaml(&gitlab, "doc['deploy']['before_script']", &before);
+    check_yaml(&gitlab, "doc['deploy']['script']", &script);
+    check_yaml(&gitlab, "doc['deploy']['after_script']", &after);
+    assert!(gitlab.contains("dotenv: redlock.env"));
+    let redis = RedisServer::start();
+    let dir = scratch();
+    ci_bin_dir(dir.path());
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let shell = |lines: &[String]| {
+        Wrapper::new()
+            .env("PATH", &path)
+            .env("REDLOCK_REDIS", redis.url())
+            .current_dir(dir.path())
+            .run_via_shell(&format!("set -e\n{}", lines.join("\n")))
+    };
+    let main: Vec<String> = before.iter().chain(&script).cloned().collect();
+    shell(&main).expect_code(0);
+    let keeper = PidGuard::new(
+        status_json(&Wrapper::on(&redis, "deploy:prod"))["pid"]
+            .as_i64()
+            .unwrap() as i32,
+    );
+    let fence = read_trimmed(&dir.path().join("deploy.sh.ran"));
+    assert!(
+        std::fs::read_to_string(dir.path().join("redlock.env"))
+            .unwrap()
+            .contains(&format!("REDLOCK_FENCE={fence}\n"))
+    );
+    shell(&after).expect_code(0);
+    assert!(!redis.exists("redlock:deploy:prod"));
+    wait_until(secs(20), "the keeper ends", || !pid_alive(keeper.pid()));
+}
+
+#[test]
+fn limit_holds_take_permits_and_release_their_own() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "backups");
+    let a = acquire(&w, &["--ttl", TTL, "--limit", "2"]);
+    let b = acquire(&w, &["--ttl", TTL, "--limit", "2"]);
+    w.clone()
+        .args(["acquire", "--ttl", TTL, "--limit", "2"])
+        .run()
+        .expect_code(75);
+    std::thread::sleep(Duration::from_millis(2 * TTL_MS));
+    release(&w, &a.token).expect_code(0);
+    let c = acquire(&w, &["--ttl", TTL, "--limit", "2"]);
+    release(&w, &b.token).expect_code(0);
+    release(&w, &c.token).expect_code(0);
+    release(&w, &a.token).expect_code(3);
+}
+
+#[test]
+fn a_signal_ends_the_wait_of_acquire_and_its_keeper() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let first = acquire(&w, &["--ttl", TTL]);
+    let waiting = w
+        .clone()
+        .args(["acquire", "--ttl", TTL, "--wait", "120s"])
+        .spawn();
+    wait_until(secs(30), "queued", || status_json(&w)["queued"] == 1);
+    waiting.signal(Signal::SIGTERM);
+    let out = waiting.wait(secs(30));
+    out.expect_code(128 + 15);
+    assert!(out.stdout.is_empty(), "{out}");
+    wait_until(secs(10), "the waiter left the queue", || {
+        status_json(&w)["queued"] == 0
+    });
+    release(&w, &first.token).expect_code(0);
+    assert!(!redis.exists("redlock:deploy"));
+}
+
+#[test]
+fn old_hold_records_are_dropped_by_the_next_acquire() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let stale = r#"{"state":"released","host":"h","pid":1,"id":"x","fence":"1","since_ms":"1000","until_ms":"2000","ended_ms":"1500","reason":""}"#;
+    redis.cli(&["HSET", "{redlock:deploy}:holds", "stale-token", stale]);
+    let hold = acquire(&w, &["--ttl", TTL]);
+    let fields = redis.cli(&["HKEYS", "{redlock:deploy}:holds"]);
+    assert_eq!(fields.trim(), hold.token, "{fields}");
+    let ttl = redis.pttl("{redlock:deploy}:holds");
+    assert!(ttl > 3_600_000, "kept for --max-hold and a day: {ttl}");
+    release(&w, &hold.token).expect_code(0);
+}
