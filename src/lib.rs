@@ -9,6 +9,7 @@
 //! main.rs, lib.rs  parse, run, exit (by the command's own signal when it died by one)
 //! supervise/       the supervisor: acquire and wait, hold, lease keeper, stopper, outcome,
 //!                  backoff, messages; every change of the lock's state happens there
+//! list.rs          the `list` subcommand (every lock under a prefix, a row each)
 //! status.rs        the `status` and `forget` subcommands (the lock and its run record)
 //! process/         the command as processes: group, cgroup, whole tree, signals, terminal
 //! config.rs        flags and environment -> checked settings, before anything runs
@@ -33,6 +34,7 @@ pub mod cli;
 mod config;
 mod exit;
 mod lease;
+mod list;
 mod lock;
 mod observe;
 mod period;
@@ -159,6 +161,23 @@ fn parse_and_run() -> End {
             );
             exit::USAGE.into()
         }
+        Some(Sub::List(_)) if cli.run.shell.is_some() || !cli.run.command.is_empty() => {
+            report.error(
+                "usage",
+                "error: list runs no command: drop -c, or put -- before a program named list",
+            );
+            exit::USAGE.into()
+        }
+        Some(Sub::List(args)) => match config::list_from_args(&cli.conn, args) {
+            Ok((target, query)) => {
+                warn_about(&target, &report);
+                runtime
+                    .block_on(list::list(&target, &query, args.json, &report))
+                    .code()
+                    .into()
+            }
+            Err(e) => usage_error(&report, &e).code().into(),
+        },
         Some(Sub::Forget(_)) => match config::target_from_args(&cli.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);

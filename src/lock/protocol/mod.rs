@@ -10,6 +10,8 @@
 //! - `keys`: the naming rule for a lock key and its companions.
 //! - `record`: the run record beside the lock (last run, last success), written by the
 //!   release scripts, read with `status`, cleared by `forget`.
+//! - `listing`: `list`, the locks under a prefix found by their companions (SCAN
+//!   patterns) and read in one pipeline.
 //!
 //! [`Protocol`] is what a topology holds: the mutex or the semaphore, chosen by `--limit`.
 //!
@@ -37,6 +39,7 @@
 //! does the routing. This is the one place that tells how Redis serves a migrating slot.
 
 pub mod keys;
+pub mod listing;
 pub mod mutex;
 pub mod record;
 mod script;

@@ -30,8 +30,8 @@ use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::protocol::{Protocol, ScriptCall};
 use crate::lock::target::Target;
 use crate::lock::{
-    Attempt, Finished, Grant, Holder, HolderInfo, Lock, RedisFailure, ReleaseNotices, Released,
-    Renewal, ReplicaAck, Status, Token,
+    Attempt, Finished, Grant, Holder, HolderInfo, ListQuery, Listing, Lock, RedisFailure,
+    ReleaseNotices, Released, Renewal, ReplicaAck, Status, Token,
 };
 
 /// How calls reach the master that holds the lock's slot now, each within its bound. A route
@@ -84,6 +84,10 @@ pub trait Route {
 
     /// Subscribe to `channel` where the lock is, within `within`.
     async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices>;
+
+    /// `list`: the locks under `query.starts_with` on every master this route reaches
+    /// (`topology/survey.rs` does the work on each).
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure>;
 }
 
 /// A reply, and the server a message about it names.
@@ -275,6 +279,10 @@ impl<R: Route> Lock for OneMaster<R> {
             .read(&self.protocol.status(), "status", self.timeout)
             .await?;
         read_status(answered.reply, &answered.by)
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure> {
+        self.route.list(query).await
     }
 
     async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {
