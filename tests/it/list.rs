@@ -1,6 +1,7 @@
 //! `redlock-run list` (issue 24): every lock under the prefix with its holder, queue, permits
 //! and last run, found with SCAN (never KEYS) over many pages among unrelated keys; the cap
-//! on locks shown; every master of a Cluster; a Redlock quorum view with a node down.
+//! on locks shown and on the scan time; every master of a Cluster; a Redlock quorum view with
+//! a node down; the master under Sentinel.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -9,6 +10,7 @@ use serde_json::Value;
 
 use crate::common::cluster::Cluster;
 use crate::common::quorum::Nodes;
+use crate::common::sentinel::SentinelSet;
 use crate::common::*;
 
 fn hostname() -> String {
@@ -204,7 +206,8 @@ fn list_works_on_a_server_without_keys() {
     );
 }
 
-/// `--max-locks N`: the first N by name, and a warning that says the listing was cut.
+/// `--max-locks N`: the first N by name, and a warning that says the listing was cut; the
+/// same for a scan stopped by `--scan-time`.
 #[test]
 fn list_shows_at_most_max_locks_and_says_it_cut() {
     let redis = RedisServer::start();
@@ -229,6 +232,24 @@ fn list_shows_at_most_max_locks_and_says_it_cut() {
     assert_eq!(by_key(&all).len(), 5, "{all}");
     assert!(!all.stderr.contains("more than"), "{all}");
     list(&on(&redis), &["--max-locks", "0"]).expect_code(2);
+
+    // --scan-time: a scan of hundreds of SCAN calls (one key each) takes more than 1 ms, and
+    // stops with a warning instead of going on.
+    let mut commands = String::new();
+    for i in 0..300 {
+        commands.push_str(&format!("SET other:{i} x\n"));
+    }
+    feed(&redis, &commands);
+    let cut = list(
+        &on(&redis),
+        &["--json", "--scan-count", "1", "--scan-time", "1ms"],
+    );
+    cut.expect_code(0);
+    assert!(
+        cut.stderr.contains("took longer than --scan-time 1ms"),
+        "{cut}"
+    );
+    list(&on(&redis), &["--scan-time", "0"]).expect_code(2);
 }
 
 /// Every master of a Cluster is scanned: locks whose slots are on each of the three masters
@@ -324,4 +345,25 @@ fn list_on_redlock_is_a_quorum_view_with_a_node_down() {
     list(&nodes.redis_args(), &[]).expect_code(69);
     holder.signal(nix::sys::signal::Signal::SIGTERM);
     holder.wait(secs(30));
+}
+
+/// Sentinel: the master the sentinels name is scanned (not a sentinel, which has no keys).
+#[test]
+fn list_on_sentinel_reads_the_master() {
+    let set = SentinelSet::start(1);
+    set.wrapper("nightly").sh("exit 0").run().expect_code(0);
+    let out = Wrapper::new()
+        .args(["list", "--redis", &set.url(), "--json"])
+        .run();
+    out.expect_code(0);
+    let rows = by_key(&out);
+    assert_eq!(
+        rows.keys().cloned().collect::<Vec<_>>(),
+        ["redlock:nightly"],
+        "{out}"
+    );
+    assert_eq!(
+        rows["redlock:nightly"]["last_run"]["outcome"], "succeeded",
+        "{out}"
+    );
 }
