@@ -43,11 +43,11 @@ _redlock_run() {
     local sub=
     if ((cword > 1)); then
         case ${words[1]} in
-        status|forget|acquire|release|help) sub=${words[1]} ;;
+        status|forget|acquire|release|list|help) sub=${words[1]} ;;
         esac
     fi
     if [[ $sub == help ]]; then
-        ((cword == 2)) && _redlock_run_reply -W 'status forget acquire release help' -- "$cur"
+        ((cword == 2)) && _redlock_run_reply -W 'status forget acquire release list help' -- "$cur"
         return 0
     fi
 
@@ -71,6 +71,11 @@ _redlock_run() {
     release)
         opts='--token --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
         long_values=' --token --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='kr'
+        ;;
+    list)
+        opts='--name-prefix --json --max-locks --scan-count --scan-time --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --name-prefix --max-locks --scan-count --scan-time --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
     *)
@@ -165,9 +170,9 @@ _redlock_run() {
         compopt +o default +o bashdefault 2>/dev/null
     elif ((cword == 1)); then
         if [[ -z $cur ]]; then
-            _redlock_run_reply -W "status forget acquire release help $opts" -- "$cur"
+            _redlock_run_reply -W "status forget acquire release list help $opts" -- "$cur"
         else
-            _redlock_run_reply -W 'status forget acquire release help' -- "$cur"
+            _redlock_run_reply -W 'status forget acquire release list help' -- "$cur"
             ((${#COMPREPLY[@]})) || _redlock_run_reply -c -- "$cur"
         fi
     elif [[ -n $cur ]]; then

@@ -15,7 +15,7 @@ function __fish_redlock_run_state
     set -e words[1]
     set -l n (count $words)
     switch "$words[1]"
-        case status forget acquire release
+        case status forget acquire release list
             echo $words[1]
             return
         case help
@@ -73,8 +73,8 @@ end
 # The first word: the subcommands when one starts with it, else command names.
 function __fish_redlock_run_complete_first
     set -l word (string escape --style=regex -- (commandline -ct))
-    if string match -qr -- "^$word" status forget acquire release help
-        printf '%s\n' status\t'Tell who holds a lock: host, pid, command, age, TTL left, fence' forget\t'Clear a lock\'s run record (last run, last success), so that --once-per runs the command again in this period' acquire\t'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold' release\t'Release a hold taken by acquire, by its token, and stop its keeper' help\t'Print this message or the help of the given subcommand(s)'
+    if string match -qr -- "^$word" status forget acquire release list help
+        printf '%s\n' status\t'Tell who holds a lock: host, pid, command, age, TTL left, fence' forget\t'Clear a lock\'s run record (last run, last success), so that --once-per runs the command again in this period' acquire\t'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold' release\t'Release a hold taken by acquire, by its token, and stop its keeper' list\t'List the locks under --prefix: holder, age, TTL left, queue, --limit permits, last run' help\t'Print this message or the help of the given subcommand(s)'
     else
         __fish_redlock_run_complete_command 1
     end
@@ -105,8 +105,8 @@ end
 
 complete -c redlock-run -n '__fish_redlock_run_in first' -x -a '(__fish_redlock_run_complete_first)'
 complete -c redlock-run -n '__fish_redlock_run_in command' -x -a '(__fish_redlock_run_complete_command (__fish_redlock_run_state)[2])'
-complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' forget\\t\'Clear a lock\\\'s run record (last run, last success), so that --once-per runs the command again in this period\' acquire\\t\'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold\' release\\t\'Release a hold taken by acquire, by its token, and stop its keeper\' help\\t\'Print this message or the help of the given subcommand(s)\''
-complete -c redlock-run -n '__fish_redlock_run_in status forget acquire release done' -f
+complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' forget\\t\'Clear a lock\\\'s run record (last run, last success), so that --once-per runs the command again in this period\' acquire\\t\'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold\' release\\t\'Release a hold taken by acquire, by its token, and stop its keeper\' list\\t\'List the locks under --prefix: holder, age, TTL left, queue, --limit permits, last run\' help\\t\'Print this message or the help of the given subcommand(s)\''
+complete -c redlock-run -n '__fish_redlock_run_in status forget acquire release list done' -f
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -196,3 +196,19 @@ complete -c redlock-run -n '__fish_redlock_run_in release' -l tls-cert -r -F -d 
 complete -c redlock-run -n '__fish_redlock_run_in release' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
 complete -c redlock-run -n '__fish_redlock_run_in release' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
 complete -c redlock-run -n '__fish_redlock_run_in release' -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l name-prefix -x -d 'List only the locks whose name (what --key would be) starts with NAME [default: every lock under --prefix]'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l json -d 'Print one JSON array (an object a lock, as status --json prints it) instead of a table'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l max-locks -x -d 'Show at most N locks, the first N by name; a warning says when there were more'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l scan-count -x -d 'Keys SCAN looks at per call (its COUNT): more is fewer round trips, each one longer'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l scan-time -x -d 'Start no SCAN call after DUR; a warning says the listing may miss locks'
+complete -c redlock-run -n '__fish_redlock_run_in list' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
+complete -c redlock-run -n '__fish_redlock_run_in list' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l password-file -r -F -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l prefix -x -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l connect-timeout -x -d 'Bound on connecting to Redis (the whole start) and on each reply'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l tls-ca-cert -r -F -d 'TLS: trust the CA certificates in FILE (PEM) instead of the system\'s'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l tls-cert -r -F -d 'TLS: present the client certificate in FILE (PEM); needs --tls-key'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
+complete -c redlock-run -n '__fish_redlock_run_in list' -s h -l help -d 'Print help (see more with \'--help\')'

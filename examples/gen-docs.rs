@@ -818,30 +818,7 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
     let options: Vec<&Arg> = cmd.get_arguments().filter(|a| !a.is_hide_set()).collect();
     write_options(w, &options)?;
 
-    let status = cmd
-        .find_subcommand("status")
-        .expect("the status subcommand");
-    writeln!(w, ".SH STATUS")?;
-    writeln!(w, "{}", synopsis_form(cli::STATUS_USAGE))?;
-    if let Some(about) = status.get_long_about().or(status.get_about()) {
-        for paragraph in about.to_string().split("\n\n") {
-            writeln!(w, ".PP\n{}", line_guard(&escape(&sentence(paragraph))))?;
-        }
-    }
-    let (shared, own): (Vec<&Arg>, Vec<&Arg>) = visible_options(status)
-        .filter(|a| a.get_id() != "help")
-        .partition(|a| cmd.get_arguments().any(|r| r.get_id() == a.get_id()));
-    let shared: Vec<String> = shared
-        .iter()
-        .filter_map(|a| a.get_long())
-        .map(|l| format!("\\fB\\-\\-{}\\fR", escape(l)))
-        .collect();
-    writeln!(
-        w,
-        ".PP\nIt takes these options as described under OPTIONS: {}; and its own:",
-        shared.join(", ")
-    )?;
-    write_option_entries(w, &own)?;
+    write_reading_section(w, &cmd, "status", cli::STATUS_USAGE)?;
 
     let forget = cmd
         .find_subcommand("forget")
@@ -887,6 +864,7 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
         )?;
         write_option_entries(w, &own)?;
     }
+    write_reading_section(w, &cmd, "list", cli::LIST_USAGE)?;
 
     writeln!(w, ".SH EXAMPLES")?;
     for (comment, command) in cli::EXAMPLES {
@@ -914,6 +892,40 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
         }
     }
     man.render_version_section(w)
+}
+
+/// The section of a subcommand that reads (`status`, `list`): its usage, its help, the global
+/// options it takes, and its own options in full.
+fn write_reading_section(
+    w: &mut dyn Write,
+    cmd: &Command,
+    name: &str,
+    usage: &str,
+) -> std::io::Result<()> {
+    let sub = cmd
+        .find_subcommand(name)
+        .unwrap_or_else(|| panic!("the {name} subcommand"));
+    writeln!(w, ".SH {}", name.to_uppercase())?;
+    writeln!(w, "{}", synopsis_form(usage))?;
+    if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+        for paragraph in about.to_string().split("\n\n") {
+            writeln!(w, ".PP\n{}", line_guard(&escape(&sentence(paragraph))))?;
+        }
+    }
+    let (shared, own): (Vec<&Arg>, Vec<&Arg>) = visible_options(sub)
+        .filter(|a| a.get_id() != "help")
+        .partition(|a| cmd.get_arguments().any(|r| r.get_id() == a.get_id()));
+    let shared: Vec<String> = shared
+        .iter()
+        .filter_map(|a| a.get_long())
+        .map(|l| format!("\\fB\\-\\-{}\\fR", escape(l)))
+        .collect();
+    writeln!(
+        w,
+        ".PP\nIt takes these options as described under OPTIONS: {}; and its own:",
+        shared.join(", ")
+    )?;
+    write_option_entries(w, &own)
 }
 
 /// One usage form in roff: options and literal words in bold, placeholders in italic.
@@ -1075,7 +1087,7 @@ fn write_environment(w: &mut dyn Write, cmd: &Command) -> std::io::Result<()> {
     writeln!(
         w,
         ".PP\nEvery option except \\fB\\-c\\fR can also be set by the environment variable \
-         shown with it under OPTIONS and STATUS; a flag on the command line wins. The switches \
+         shown with it under OPTIONS, STATUS and LIST; a flag on the command line wins. The switches \
          ({}) take 1/0, true/false, yes/no or on/off; empty means off. A bad value in a \
          variable is reported with the variable's name.",
         switches.join(", ")

@@ -22,7 +22,8 @@ redlock-run [OPTIONS] --key <KEY> -- <COMMAND> [ARGS]...
        redlock-run status [OPTIONS] --key <KEY> [--json]
        redlock-run forget [OPTIONS] --key <KEY>
        redlock-run acquire [OPTIONS] --key <KEY> [--max-hold <DUR>] [--github] [--dotenv <FILE>]
-       redlock-run release [OPTIONS] --key <KEY> [--token <TOKEN>]";
+       redlock-run release [OPTIONS] --key <KEY> [--token <TOKEN>]
+       redlock-run list [OPTIONS] [--name-prefix <NAME>] [--json]";
 
 /// The usage line of `acquire --help`.
 pub const ACQUIRE_USAGE: &str = "redlock-run acquire [OPTIONS] --key <KEY> [--max-hold <DUR>] \
@@ -47,6 +48,9 @@ pub const STATUS_USAGE: &str = "redlock-run status [OPTIONS] --key <KEY> [--json
 
 /// The usage line of `forget --help`.
 pub const FORGET_USAGE: &str = "redlock-run forget [OPTIONS] --key <KEY>";
+
+/// The usage line of `list --help`.
+pub const LIST_USAGE: &str = "redlock-run list [OPTIONS] [--name-prefix <NAME>] [--json]";
 
 /// Usage examples, shared by `--help` and the man page: (comment, command).
 pub const EXAMPLES: &[(&str, &str)] = &[
@@ -75,6 +79,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     (
         "who holds it, and how did its last run end?",
         "redlock-run status --key deploy:prod",
+    ),
+    (
+        "every lock in use under the prefix redlock:deploy: (holder, age, queue, last run)",
+        "redlock-run list --name-prefix deploy:",
     ),
 ];
 
@@ -206,6 +214,15 @@ pub enum Sub {
     /// another token never touches the lock.
     #[command(override_usage = RELEASE_USAGE)]
     Release(ReleaseArgs),
+    /// List the locks under --prefix: holder, age, TTL left, queue, --limit permits, last run.
+    ///
+    /// Only reads, with SCAN (never KEYS): every master of a Cluster, every node of Redlock
+    /// (a quorum view), the current master under Sentinel. --key is not used. A lock is
+    /// listed while it is held, runs wait for it, or it has a run record. Exits 0 (also when
+    /// none is found, or the listing was cut: a warning says so), 69 when Redis cannot be
+    /// reached.
+    #[command(override_usage = LIST_USAGE)]
+    List(ListArgs),
 }
 
 /// `acquire`'s options: the lease and busy-lock options of a run, and where the hold goes.
@@ -296,6 +313,42 @@ pub struct ReleaseArgs {
         hide_env_values = true
     )]
     pub token: Option<String>,
+}
+
+/// `list`'s own options; the servers and the key prefix are the global ones ([`ConnArgs`]).
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// List only the locks whose name (what --key would be) starts with NAME [default: every
+    /// lock under --prefix].
+    #[arg(
+        long,
+        env = "REDLOCK_LIST_NAME_PREFIX",
+        value_name = "NAME",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub name_prefix: String,
+
+    /// Print one JSON array (an object a lock, as status --json prints it) instead of a
+    /// table.
+    #[arg(long, env = "REDLOCK_LIST_JSON", action = ArgAction::SetTrue,
+          value_parser = parse_switch)]
+    pub json: bool,
+
+    /// Show at most N locks, the first N by name; a warning says when there were more.
+    #[arg(long, env = "REDLOCK_LIST_MAX_LOCKS", value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_locks: u32,
+
+    /// Keys SCAN looks at per call (its COUNT): more is fewer round trips, each one longer.
+    #[arg(long, env = "REDLOCK_LIST_SCAN_COUNT", value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub scan_count: u32,
+
+    /// Start no SCAN call after DUR; a warning says the listing may miss locks.
+    #[arg(long, env = "REDLOCK_LIST_SCAN_TIME", value_name = "DUR", default_value = "30s",
+          value_parser = parse_duration)]
+    pub scan_time: Duration,
 }
 
 /// `forget` has no options of its own: the lock is named by the global ones.

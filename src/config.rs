@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::cli::{AcquireArgs, ConnArgs, Period, ReleaseArgs, RunArgs, Wait};
+use crate::cli::{AcquireArgs, ConnArgs, ListArgs, Period, ReleaseArgs, RunArgs, Wait};
 use crate::lease;
 use crate::lock::target::{self, Endpoint, Target, TargetError, Tls};
-use crate::lock::{self, ReplicaAck};
+use crate::lock::{self, ListQuery, ReplicaAck};
 
 /// The longest --ttl, --hold-at-least and --max-runtime accepted: far beyond any job, well
 /// inside what Redis' PX and the clocks can represent.
@@ -102,6 +102,44 @@ pub fn target_from_args(conn: &ConnArgs) -> Result<Target, UsageError> {
         )));
     }
     lock::check_name(&key).map_err(|e| usage(format!("--key: the lock name {key:?} {e}")))?;
+    target_for(conn, key)
+}
+
+/// `list`: the servers of `conn` and what to list. `--key` is not used: the backend is
+/// opened for the start of the names listed (`--prefix` + `--name-prefix`), which only
+/// decides the first master a Cluster is asked through.
+pub fn list_from_args(conn: &ConnArgs, args: &ListArgs) -> Result<(Target, ListQuery), UsageError> {
+    let starts_with = format!("{}{}", conn.prefix, args.name_prefix);
+    if starts_with.len() > LONGEST_KEY {
+        return Err(usage(format!(
+            "--name-prefix is {} bytes long with --prefix; at most {LONGEST_KEY} are accepted",
+            starts_with.len()
+        )));
+    }
+    lock::check_name(&starts_with).map_err(|e| {
+        usage(format!(
+            "--name-prefix: {starts_with:?} {e}; list with a shorter --name-prefix"
+        ))
+    })?;
+    if args.scan_time.is_zero() {
+        return Err(usage("--scan-time must be more than 0"));
+    }
+    if args.scan_time > LONGEST {
+        return Err(usage("--scan-time is longer than 10 years"));
+    }
+    let target = target_for(conn, starts_with.clone())?;
+    let query = ListQuery {
+        starts_with,
+        scan_count: args.scan_count,
+        max_locks: usize::try_from(args.max_locks).unwrap_or(usize::MAX),
+        scan_time: args.scan_time,
+        reply_within: target.timeout,
+    };
+    Ok((target, query))
+}
+
+/// The servers and settings of `conn`, for the lock `key` (checked by the caller).
+fn target_for(conn: &ConnArgs, key: String) -> Result<Target, UsageError> {
     if conn.connect_timeout.is_zero() {
         return Err(usage("--connect-timeout must be more than 0"));
     }

@@ -11,6 +11,7 @@
 //!                  backoff, messages; every change of the lock's state happens there
 //!   steps/         holds across CI steps: `acquire` (start.rs) leaves a keeper (keep.rs)
 //!                  until `release` (release.rs); output.rs: eval, GitHub, dotenv
+//! list.rs          the `list` subcommand (every lock under a prefix, a row each)
 //! status.rs        the `status` and `forget` subcommands (the lock and its run record)
 //! process/         the command as processes: group, cgroup, whole tree, signals, terminal
 //! config.rs        flags and environment -> checked settings, before anything runs
@@ -35,6 +36,7 @@ pub mod cli;
 mod config;
 mod exit;
 mod lease;
+mod list;
 mod lock;
 mod observe;
 mod period;
@@ -190,6 +192,23 @@ fn parse_and_run() -> End {
                 let report = report.with_key(&cfg.target.key);
                 warn_about(&cfg.target, &report);
                 runtime.block_on(supervise::release(&cfg, &report)).into()
+            }
+            Err(e) => usage_error(&report, &e).code().into(),
+        },
+        Some(Sub::List(_)) if cli.run.shell.is_some() || !cli.run.command.is_empty() => {
+            report.error(
+                "usage",
+                "error: list runs no command: drop -c, or put -- before a program named list",
+            );
+            exit::USAGE.into()
+        }
+        Some(Sub::List(args)) => match config::list_from_args(&cli.conn, args) {
+            Ok((target, query)) => {
+                warn_about(&target, &report);
+                runtime
+                    .block_on(list::list(&target, &query, args.json, &report))
+                    .code()
+                    .into()
             }
             Err(e) => usage_error(&report, &e).code().into(),
         },

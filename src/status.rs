@@ -35,20 +35,7 @@ pub async fn status(target: &Target, json: bool, report: &Reporter) -> Ending {
                     .collect::<Vec<_>>()
                     .join("\n")
             };
-            match print_line(&out) {
-                Ok(()) => Ending::Ran(ChildEnd::Exited(0)),
-                // The reader went away (`status --key k | true`). Rust ignores SIGPIPE, so the
-                // write fails with EPIPE instead of killing us. End quietly with 141
-                // (128 + SIGPIPE), the code `cat` or `ls | head` get when SIGPIPE kills them:
-                // 0 would claim the output was delivered, and a message would be noise.
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ending::Ran(
-                    ChildEnd::Signalled(nix::sys::signal::Signal::SIGPIPE as i32),
-                ),
-                Err(e) => {
-                    report.error("internal", format_args!("cannot write to stdout: {e}"));
-                    Ending::Software
-                }
-            }
+            print_out(&out, report)
         }
         Err(e) if e.kind == lock::FailureKind::WrongType => {
             report.error(
@@ -91,6 +78,24 @@ pub async fn forget(target: &Target, report: &Reporter) -> Ending {
         Err(e) => {
             report.error("unavailable", &e);
             Ending::Unavailable
+        }
+    }
+}
+
+/// `out` and a newline on stdout, and how the subcommand ends: 0 once written.
+pub fn print_out(out: &str, report: &Reporter) -> Ending {
+    match print_line(out) {
+        Ok(()) => Ending::Ran(ChildEnd::Exited(0)),
+        // The reader went away (`status --key k | true`). Rust ignores SIGPIPE, so the
+        // write fails with EPIPE instead of killing us. End quietly with 141
+        // (128 + SIGPIPE), the code `cat` or `ls | head` get when SIGPIPE kills them:
+        // 0 would claim the output was delivered, and a message would be noise.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ending::Ran(ChildEnd::Signalled(
+            nix::sys::signal::Signal::SIGPIPE as i32,
+        )),
+        Err(e) => {
+            report.error("internal", format_args!("cannot write to stdout: {e}"));
+            Ending::Software
         }
     }
 }
@@ -300,7 +305,7 @@ fn age(acquired_ms: u64) -> String {
 
 /// The `status --json` object. Field order is the output order; absent values are `null`.
 #[derive(Serialize)]
-struct StatusJson<'a> {
+pub struct StatusJson<'a> {
     held: bool,
     foreign: bool,
     key: &'a str,
@@ -389,7 +394,7 @@ fn to_json(key: &str, s: &Status) -> String {
     serde_json::to_string(&json_of(key, s)).expect("status JSON serializes")
 }
 
-fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
+pub fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
     StatusJson {
         held: s.held,
         foreign: s.foreign,

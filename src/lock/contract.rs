@@ -106,6 +106,10 @@ pub trait Lock {
         change: &HoldChange,
         within: Duration,
     ) -> Result<Option<HoldRecord>, RedisFailure>;
+    /// `list`: every lock whose name starts with `query.starts_with`, on the servers this
+    /// backend reaches (every master of a cluster; every Redlock node, as a quorum view), not
+    /// only this lock. Read-only; SCAN, never KEYS; bounded as `query` says.
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure>;
 
     /// A waiter that gives up leaves the queue now (best effort, within `within`): a place
     /// left behind would make the others wait until it expires.
@@ -215,6 +219,47 @@ pub struct Status {
     /// The run record (last run, last success) and the server's clock; on Redlock the
     /// newest record by fence among the nodes that answered.
     pub records: Records,
+}
+
+/// What `list` looks for, and its bounds.
+#[derive(Debug, Clone)]
+pub struct ListQuery {
+    /// The start of every lock name listed (the key prefix included).
+    pub starts_with: String,
+    /// SCAN's COUNT: keys looked at per call.
+    pub scan_count: u32,
+    /// Locks shown at most: the first by name.
+    pub max_locks: usize,
+    /// No SCAN call is started after this long (checked between calls).
+    pub scan_time: Duration,
+    /// Bound on each reply (`--connect-timeout`).
+    pub reply_within: Duration,
+}
+
+/// What `list` found: each lock by name, in name order.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub locks: Vec<Listed>,
+    /// Why the listing may miss locks, if it may.
+    pub cut: Option<Cut>,
+}
+
+/// One lock found by `list`.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    /// Its full Redis key.
+    pub name: String,
+    /// Its status, as `status` shows it, or why it could not be read.
+    pub status: Result<Status, String>,
+}
+
+/// Why a listing may be incomplete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// More locks than `max_locks` were found; the first `max_locks` by name are shown.
+    TooMany,
+    /// `scan_time` ran out before every server was scanned to the end.
+    TookTooLong,
 }
 
 /// One Redlock node's answer to `status`.

@@ -29,8 +29,8 @@ mod token;
 pub mod topology;
 
 pub use contract::{
-    Attempt, Grant, Holder, HolderInfo, Lock, NodeStatus, Permit, ReleaseNotices, Released,
-    Renewal, ReplicaAck, Status, Waiter,
+    Attempt, Cut, Grant, Holder, HolderInfo, ListQuery, Listed, Listing, Lock, NodeStatus, Permit,
+    ReleaseNotices, Released, Renewal, ReplicaAck, Status, Waiter,
 };
 pub use error::{FailureKind, RedisFailure};
 pub use protocol::hold::{HoldChange, HoldRecord, HoldState};

@@ -96,6 +96,17 @@ fn man_page_entry_of_every_option_names_its_variable() {
     let cmd = gen_docs::built_command();
     let mut checked = 0;
     for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
+        // A subcommand's own options are in its section (`status --json`, `list --json`).
+        let scope = if c.get_name() == cmd.get_name() {
+            page.as_str()
+        } else {
+            let heading = format!(".SH {}", c.get_name().to_uppercase());
+            if page.contains(&format!("{heading}\n")) {
+                section(&page, &heading)
+            } else {
+                page.as_str()
+            }
+        };
         for arg in c.get_arguments() {
             let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) else {
                 continue;
@@ -104,9 +115,14 @@ fn man_page_entry_of_every_option_names_its_variable() {
             let spelled = format!(r"\fB\-\-{}\fR", long.replace('-', r"\-"));
             // The .TP entry whose tag line has the option: up to the next request that
             // starts another entry or section.
-            let entry = page
-                .split(".TP\n")
-                .find(|e| e.lines().next().is_some_and(|tag| tag.contains(&spelled)))
+            // The global options' entries are under OPTIONS.
+            let find = |text: &'_ str| -> Option<String> {
+                text.split(".TP\n")
+                    .find(|e| e.lines().next().is_some_and(|tag| tag.contains(&spelled)))
+                    .map(str::to_owned)
+            };
+            let entry = find(scope)
+                .or_else(|| find(&page))
                 .unwrap_or_else(|| panic!("no man page entry for --{long}"));
             let entry: String = entry
                 .lines()

@@ -31,6 +31,9 @@
 //!   replica, ACL without EVAL (exit 69); a flushed script cache (EVAL, never SCRIPT LOAD).
 //! - `secrets`: no message shows any part of a password, whatever the URL holds.
 //! - `status`: the `status` subcommand, text and JSON.
+//! - `list`: issue 24's `list`: many locks among unrelated keys over many SCAN pages (held,
+//!   recorded, queued, `--limit`), a server without KEYS, `--max-locks` and `--scan-time`,
+//!   every master of a Cluster, a Redlock quorum view with a node down, Sentinel's master.
 //! - `run_record`: issue 22: the run record written with the release (success, failure,
 //!   signal, max-runtime; nothing from a run that lost its lock), `status` of the last run
 //!   and last success, `--once-per` (a skip, a failure does not count, five waiters run once,
@@ -102,6 +105,7 @@ mod hardening;
 mod harness;
 mod lease;
 mod limit;
+mod list;
 mod multi_step;
 mod network;
 mod observe;

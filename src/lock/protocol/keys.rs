@@ -142,16 +142,22 @@ pub fn check(lock: &str) -> Result<(), BadName> {
 
 /// The lock whose companion `key` is, if any: the inverse of `companion`.
 fn companion_of(key: &str) -> Option<String> {
+    companion_parts(key).map(|(lock, _)| lock)
+}
+
+/// The lock whose companion `key` is, and which companion (a name of [`COMPANIONS`]): the
+/// inverse of `companion`. `list` finds locks by their companions with it.
+pub fn companion_parts(key: &str) -> Option<(String, &'static str)> {
     COMPANIONS.iter().find_map(|name| {
         let base = key.strip_suffix(name)?.strip_suffix(':')?;
         if let Some(tagged) = base.strip_suffix(':') {
             // `L::NAME` comes from a tagged `L`.
-            return has_hash_tag(tagged).then(|| tagged.to_owned());
+            return has_hash_tag(tagged).then(|| (tagged.to_owned(), *name));
         }
         // `{L}:NAME` comes from an untagged `L` without a `}`.
         let inner = base.strip_prefix('{')?.strip_suffix('}')?;
         (!inner.is_empty() && !has_hash_tag(inner) && !inner.contains('}'))
-            .then(|| inner.to_owned())
+            .then(|| (inner.to_owned(), *name))
     })
 }
 

@@ -12,6 +12,8 @@
 //!   written only while the lock holds that token, ended once.
 //! - `record`: the run record beside the lock (last run, last success), written by the
 //!   release scripts, read with `status`, cleared by `forget`.
+//! - `listing`: `list`, the locks under a prefix found by their companions (SCAN
+//!   patterns) and read in one pipeline.
 //!
 //! [`Protocol`] is what a topology holds: the mutex or the semaphore, chosen by `--limit`.
 //!
@@ -40,6 +42,7 @@
 
 pub mod hold;
 pub mod keys;
+pub mod listing;
 pub mod mutex;
 pub mod record;
 mod script;

@@ -23,10 +23,21 @@ const TIME: usize = 10;
 const LAST_RUN: usize = 11;
 const LAST_SUCCESS: usize = 12;
 
+/// How many replies the reads of one lock take (`add_reads`).
+pub const REPLIES: usize = LAST_SUCCESS + 1;
+
 /// The read-only pipeline. Replies that do not fit the key's type (GET on a sorted set) come
 /// back as error values and are ignored; see [`parse`].
 pub fn pipeline(k: &Keys) -> redis::Pipeline {
     let mut pipe = redis::pipe();
+    add_reads(&mut pipe, k);
+    pipe.ignore_errors();
+    pipe
+}
+
+/// The reads of lock `k` ([`REPLIES`] commands) added to `pipe`, which must ignore errors:
+/// `list` reads many locks in one pipeline, and [`parse`] takes each lock's replies.
+pub fn add_reads(pipe: &mut redis::Pipeline, k: &Keys) {
     pipe.cmd("TYPE").arg(&k.lock);
     pipe.cmd("GET").arg(&k.lock);
     pipe.cmd("PTTL").arg(&k.lock);
@@ -44,8 +55,6 @@ pub fn pipeline(k: &Keys) -> redis::Pipeline {
     pipe.cmd("TIME");
     pipe.cmd("HGETALL").arg(&k.last_run);
     pipe.cmd("HGETALL").arg(&k.last_success);
-    pipe.ignore_errors();
-    pipe
 }
 
 /// The status in `replies`; `Err` with the error reply that matters (NOAUTH, WRONGTYPE of a

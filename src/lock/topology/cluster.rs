@@ -57,10 +57,11 @@
 //! Release notices: a plain SUBSCRIBE on the slot's master (see `subscribe`).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{ConnectionAddr, ConnectionInfo, Pipeline, Value};
 use tokio::time::Instant;
@@ -68,15 +69,19 @@ use tokio::time::Instant;
 use super::one_master::{Acquired, Answered, OneMaster, Route};
 use super::server::{ScriptReply, Server, deadline_in, is_noscript, script_reply, with_wait};
 use super::shared::protocol_for;
+use super::survey::{self, Scanned};
 use crate::lock::protocol::ScriptCall;
 use crate::lock::protocol::keys::Keys;
 use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::target::{Target, Tls};
-use crate::lock::{Holder, HolderInfo, RedisFailure, ReleaseNotices, ReplicaAck};
+use crate::lock::{
+    Holder, HolderInfo, ListQuery, Listed, Listing, RedisFailure, ReleaseNotices, ReplicaAck,
+    Status,
+};
 
 mod replies;
 
-use replies::{Addr, Redirect, addr_of, redirect, redirect_of, slot, slot_owner};
+use replies::{Addr, Redirect, addr_of, masters, redirect, redirect_of, slot, slot_owner};
 
 /// Redirects (MOVED, ASK, a pause after TRYAGAIN) followed within one call at most.
 const MAX_HOPS: u32 = 8;
@@ -716,6 +721,74 @@ impl Route for Cluster {
         let owner = self.owner(deadline).await.ok()?;
         let node = self.node(&owner).ok()?;
         node.subscribe(channel, remaining(deadline)).await
+    }
+
+    /// Every master that serves slots (`CLUSTER SLOTS` of the lock's master; replicas are
+    /// skipped), all scanned at once, and each lock read on the master whose scan found it.
+    /// A lock found on two masters (its slot being migrated) shows the first readable answer.
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure> {
+        let deadline = deadline_in(query.reply_within);
+        let owner = self.owner(deadline).await?;
+        let node = self.node(&owner)?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("CLUSTER").arg("SLOTS");
+        let replies = node
+            .query(&pipe, "CLUSTER SLOTS", remaining(deadline))
+            .await?;
+        let Some(found) = replies.first().and_then(|r| masters(r, &owner.0)) else {
+            let reply = replies.into_iter().next().unwrap_or(Value::Nil);
+            return Err(Cluster::unexpected(&node, "CLUSTER SLOTS", &reply));
+        };
+        if let Some((first, last)) = found.unserved.first() {
+            return Err(RedisFailure::unreachable(
+                node.shown(),
+                format!(
+                    "slots {first}-{last} have no master this client can reach: their locks \
+                     cannot be listed"
+                ),
+            ));
+        }
+        let masters = found
+            .addrs
+            .iter()
+            .map(|a| self.node(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let until = survey::scan_deadline(query);
+        let scans = join_all(masters.iter().map(|m| survey::scan(m, query, until)))
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        let (names, cut) = Scanned::merge(&scans, query.max_locks);
+        let reads = join_all(masters.iter().zip(&scans).map(|(master, scan)| {
+            let here: Vec<String> = names
+                .iter()
+                .filter(|n| scan.names.contains(*n))
+                .cloned()
+                .collect();
+            async move {
+                let statuses = survey::read(master, &here, query).await;
+                (here, statuses)
+            }
+        }))
+        .await;
+        let mut by_name: BTreeMap<String, Result<Status, String>> = BTreeMap::new();
+        for (here, statuses) in reads {
+            for (name, status) in here.into_iter().zip(statuses?) {
+                match by_name.get(&name) {
+                    Some(Ok(_)) => {}
+                    _ => {
+                        by_name.insert(name, status);
+                    }
+                }
+            }
+        }
+        Ok(Listing {
+            locks: by_name
+                .into_iter()
+                .map(|(name, status)| Listed { name, status })
+                .collect(),
+            cut,
+        })
     }
 }
 

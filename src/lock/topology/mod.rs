@@ -9,8 +9,8 @@
 //! - `quorum`: Redlock, the mutex on N independent masters with a quorum and a fence that
 //!   only grows.
 //!
-//! Beneath them: `server`, one connection to one server (the building block of both), and
-//! `shared`, what both do alike. Here: [`Backend`], every backend, and [`open`], which picks
+//! Beneath them: `server`, one connection to one server (the building block of both),
+//! `shared`, what both do alike, and `survey`, `list` on one server. Here: [`Backend`], every backend, and [`open`], which picks
 //! one for a target. A new one-master topology is a route file, a `Backend` variant and its
 //! URL form; undo, acknowledgements, the queue and status come with `OneMaster`.
 //!
@@ -24,12 +24,14 @@ pub mod sentinel;
 pub mod server;
 mod shared;
 pub mod single;
+mod survey;
 
 use std::time::Duration;
 
 use crate::lock::target::{Endpoint, Target};
 use crate::lock::{
-    Attempt, Finished, HoldChange, HoldRecord, HolderInfo, Lock, RedisFailure, ReleaseNotices,
+    Attempt, Finished, HoldChange, HoldRecord, HolderInfo, ListQuery, Listing, Lock,
+    RedisFailure, ReleaseNotices,
     Released, Renewal, ReplicaAck, Status, Token,
 };
 use cluster::Cluster;
@@ -135,5 +137,9 @@ impl Lock for Backend {
         within: Duration,
     ) -> Result<Option<HoldRecord>, RedisFailure> {
         each!(self, b => b.hold(token, change, within).await)
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure> {
+        each!(self, b => b.list(query).await)
     }
 }

@@ -30,7 +30,8 @@ use crate::lock::protocol::mutex::{self, AcquireReply};
 use crate::lock::protocol::{Protocol, ScriptCall, hold};
 use crate::lock::target::Target;
 use crate::lock::{
-    Attempt, Finished, Grant, HoldChange, HoldRecord, Holder, HolderInfo, Lock, RedisFailure,
+    Attempt, Finished, Grant, HoldChange, HoldRecord, Holder, HolderInfo, ListQuery, Listing,
+    Lock, RedisFailure,
     ReleaseNotices, Released, Renewal, ReplicaAck, Status, Token,
 };
 
@@ -84,6 +85,10 @@ pub trait Route {
 
     /// Subscribe to `channel` where the lock is, within `within`.
     async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices>;
+
+    /// `list`: the locks under `query.starts_with` on every master this route reaches
+    /// (`topology/survey.rs` does the work on each).
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure>;
 }
 
 /// A reply, and the server a message about it names.
@@ -289,6 +294,10 @@ impl<R: Route> Lock for OneMaster<R> {
             .script(&call, None, "the hold record", within)
             .await?;
         hold::parse(&answered.reply.value).map_err(|()| unexpected(&answered, "the hold record"))
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure> {
+        self.route.list(query).await
     }
 
     async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {

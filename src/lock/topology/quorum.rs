@@ -47,12 +47,14 @@ use futures_util::stream::{self, FuturesUnordered, StreamExt};
 
 use super::server::{ScriptReply, Server};
 use super::shared::{UNDO_AT_LEAST, named, read_status};
+use super::survey::{self, Scanned};
 use crate::lease::{self, Stamp};
 use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
 use crate::lock::protocol::{ScriptCall, hold, record, status};
 use crate::lock::target::{QuorumNodes, Target};
 use crate::lock::{
-    Attempt, FailureKind, Finished, Grant, HoldChange, HoldRecord, Holder, HolderInfo, Lock,
+    Attempt, FailureKind, Finished, Grant, HoldChange, HoldRecord, Holder, HolderInfo,
+    ListQuery, Listed, Listing, Lock,
     NodeStatus, RedisFailure, ReleaseNotices, Released, Renewal, Status, Token,
 };
 
@@ -784,17 +786,75 @@ impl Lock for Quorum {
                 status: reply.map_err(|e| e.to_string()),
             })
             .collect();
-        let view = quorum_view(&nodes, self.quorum);
-        let records = record::newest(
-            nodes
+        Ok(view_with_nodes(nodes, self.quorum))
+    }
+
+    /// Every node scanned at once (at least a quorum must answer), and every lock found on
+    /// any of them read on every node that answered: a node without the lock's keys counts
+    /// as free, as in `status`. Each lock is then the quorum's view, with each node's.
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure> {
+        let until = survey::scan_deadline(query);
+        let scans = join_all(
+            self.nodes
                 .iter()
-                .filter_map(|n| n.status.as_ref().ok().map(|s| &s.records)),
+                .map(|node| survey::scan(node, query, until)),
+        )
+        .await;
+        let failures: Vec<RedisFailure> = scans
+            .iter()
+            .filter_map(|r| r.as_ref().err().cloned())
+            .collect();
+        let answered = self.n() - failures.len();
+        if answered < self.quorum {
+            return Err(self.too_few("answered", answered, &failures, false));
+        }
+        let (names, cut) = Scanned::merge(
+            scans.iter().filter_map(|r| r.as_ref().ok()),
+            query.max_locks,
         );
-        Ok(Status {
-            nodes,
-            records,
-            ..view
-        })
+        let reads = join_all(self.nodes.iter().zip(&scans).map(|(node, scan)| {
+            let names = &names;
+            async move {
+                match scan {
+                    Ok(_) => survey::read(node, names, query).await,
+                    Err(e) => Err(e.clone()),
+                }
+            }
+        }))
+        .await;
+        let locks = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let nodes: Vec<NodeStatus> = self
+                    .nodes
+                    .iter()
+                    .zip(&reads)
+                    .map(|(node, read)| NodeStatus {
+                        server: node.shown().to_owned(),
+                        status: match read {
+                            Ok(statuses) => statuses[i].clone(),
+                            Err(e) => Err(e.to_string()),
+                        },
+                    })
+                    .collect();
+                let answered = nodes.iter().filter(|n| n.status.is_ok()).count();
+                let status = if answered < self.quorum {
+                    Err(format!(
+                        "only {answered} of {} Redlock masters answered, {} needed",
+                        self.n(),
+                        self.quorum
+                    ))
+                } else {
+                    Ok(view_with_nodes(nodes, self.quorum))
+                };
+                Listed {
+                    name: name.clone(),
+                    status,
+                }
+            })
+            .collect();
+        Ok(Listing { locks, cut })
     }
 
     async fn hold(
@@ -884,6 +944,22 @@ impl Lock for Quorum {
                 true,
             )),
         }
+    }
+}
+
+/// The quorum's view of `nodes` with each node's status and the newest run record among
+/// them: what `status` and `list` show of a lock on Redlock.
+fn view_with_nodes(nodes: Vec<NodeStatus>, quorum: usize) -> Status {
+    let view = quorum_view(&nodes, quorum);
+    let records = record::newest(
+        nodes
+            .iter()
+            .filter_map(|n| n.status.as_ref().ok().map(|s| &s.records)),
+    );
+    Status {
+        nodes,
+        records,
+        ..view
     }
 }
 

@@ -49,9 +49,10 @@ use tokio::time::Instant;
 use super::one_master::{Answered, OneMaster, Route};
 use super::server::{ScriptReply, Server, deadline_in, parse_master_role, text};
 use super::shared::protocol_for;
+use super::survey;
 use crate::lock::protocol::ScriptCall;
 use crate::lock::target::{SentinelSpec, Target, Tls};
-use crate::lock::{FailureKind, RedisFailure, ReleaseNotices, ReplicaAck};
+use crate::lock::{FailureKind, ListQuery, Listing, RedisFailure, ReleaseNotices, ReplicaAck};
 
 /// The mutex on the master that the sentinels of `spec` name, found within `within`:
 /// an unreachable set-up is reported before anything else happens.
@@ -577,6 +578,12 @@ impl Route for Sentinel {
         let server = self.after(self.master(deadline).await).ok()?;
         let left = deadline.saturating_duration_since(Instant::now());
         server.subscribe(channel, left).await
+    }
+
+    /// The master the sentinels name now: replicas hold the same keys, or older ones.
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure> {
+        let server = self.after(self.master(deadline_in(query.reply_within)).await)?;
+        self.after(survey::one_server(&server, query).await)
     }
 }
 

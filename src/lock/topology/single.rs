@@ -9,9 +9,10 @@ use redis::{Pipeline, Value};
 use super::one_master::{Answered, OneMaster, Route};
 use super::server::{ScriptReply, Server};
 use super::shared::protocol_for;
+use super::survey;
 use crate::lock::protocol::ScriptCall;
 use crate::lock::target::Target;
-use crate::lock::{RedisFailure, ReleaseNotices, ReplicaAck};
+use crate::lock::{ListQuery, Listing, RedisFailure, ReleaseNotices, ReplicaAck};
 
 /// Connect to `info`, the one server of `target`, within `within`.
 pub async fn open(
@@ -59,6 +60,10 @@ impl Route for Server {
 
     async fn subscribe(&self, channel: &str, within: Duration) -> Option<ReleaseNotices> {
         Server::subscribe(self, channel, within).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure> {
+        survey::one_server(self, query).await
     }
 }
 

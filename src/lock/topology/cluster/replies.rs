@@ -55,24 +55,7 @@ pub fn slot_owner(reply: &Value, slot: u16, from: &str) -> Option<(Addr, Vec<Add
     let Value::Array(ranges) = reply else {
         return None;
     };
-    let node = |v: &Value| -> Option<Addr> {
-        let Value::Array(fields) = v else { return None };
-        let host = match fields.first()? {
-            Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
-            Value::SimpleString(s) => s.clone(),
-            _ => return None,
-        };
-        // "" is the node asked; "?" (Redis 7) an endpoint the node does not know.
-        let host = match host.as_str() {
-            "" => from.to_owned(),
-            "?" => return None,
-            _ => host,
-        };
-        match fields.get(1)? {
-            Value::Int(port) => Some((host, u16::try_from(*port).ok()?)),
-            _ => None,
-        }
-    };
+    let node = |v: &Value| node_addr(v, from);
     let mut owner = None;
     let mut nodes = Vec::new();
     for range in ranges {
@@ -100,6 +83,61 @@ pub fn slot_owner(reply: &Value, slot: u16, from: &str) -> Option<(Addr, Vec<Add
         }
     }
     Some((owner?, nodes))
+}
+
+/// The address of one node entry of a `CLUSTER SLOTS` range, asked of the node at `from`.
+fn node_addr(v: &Value, from: &str) -> Option<Addr> {
+    let Value::Array(fields) = v else { return None };
+    let host = match fields.first()? {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+        Value::SimpleString(s) => s.clone(),
+        _ => return None,
+    };
+    // "" is the node asked; "?" (Redis 7) an endpoint the node does not know.
+    let host = match host.as_str() {
+        "" => from.to_owned(),
+        "?" => return None,
+        _ => host,
+    };
+    match fields.get(1)? {
+        Value::Int(port) => Some((host, u16::try_from(*port).ok()?)),
+        _ => None,
+    }
+}
+
+/// The masters of a cluster, from `CLUSTER SLOTS`.
+pub struct Masters {
+    /// Every master that serves slots (the first node of each range; replicas left out),
+    /// once each.
+    pub addrs: Vec<Addr>,
+    /// Slot ranges whose master has no address for this client (`?`): nobody to ask.
+    pub unserved: Vec<(i64, i64)>,
+}
+
+/// The masters named by a `CLUSTER SLOTS` reply asked of the node at `from`.
+pub fn masters(reply: &Value, from: &str) -> Option<Masters> {
+    let Value::Array(ranges) = reply else {
+        return None;
+    };
+    let mut masters = Masters {
+        addrs: Vec::new(),
+        unserved: Vec::new(),
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let (Some(Value::Int(first)), Some(Value::Int(last))) = (fields.first(), fields.get(1))
+        else {
+            continue;
+        };
+        match fields.get(2).and_then(|m| node_addr(m, from)) {
+            Some(addr) if !masters.addrs.contains(&addr) => masters.addrs.push(addr),
+            Some(_) => {}
+            None => masters.unserved.push((*first, *last)),
+        }
+    }
+    Some(masters)
 }
 
 pub fn addr_of(info: &ConnectionInfo) -> Option<Addr> {
