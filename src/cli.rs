@@ -174,6 +174,19 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Lock and Redis")]
 pub struct ConnArgs {
+    /// Read settings from FILE (TOML: the long option names, defaults at the top and
+    /// [lock."KEY"] sections; see docs/config.md); flags and REDLOCK_* variables win over it.
+    /// An empty FILE reads none [default: /etc/redlock-run.toml if it exists].
+    #[arg(
+        long,
+        global = true,
+        env = "REDLOCK_CONFIG",
+        value_name = "FILE",
+        value_parser = clap::value_parser!(OsString),
+        help_heading = "Config file"
+    )]
+    pub config: Option<OsString>,
+
     /// Lock name; the Redis key is PREFIX + KEY.
     #[arg(short, long, global = true, env = "REDLOCK_KEY", value_name = "KEY")]
     pub key: Option<String>,
@@ -618,6 +631,7 @@ mod tests {
             "Run record:",
             "Monitoring:",
             "Messages:",
+            "Config file:",
         ] {
             assert!(
                 long.lines().any(|l| l == heading),
