@@ -31,7 +31,7 @@ function __fish_redlock_run_state
                 return
             case '--*=*'
             case '--*'
-                if contains -- $w --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format
+                if contains -- $w --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format
                     test $i -eq $n; and echo value; and return
                     set i (math $i + 1)
                 end
@@ -107,6 +107,7 @@ complete -c redlock-run -n '__fish_redlock_run_in first' -x -a '(__fish_redlock_
 complete -c redlock-run -n '__fish_redlock_run_in command' -x -a '(__fish_redlock_run_complete_command (__fish_redlock_run_state)[2])'
 complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' forget\\t\'Clear a lock\\\'s run record (last run, last success), so that --once-per runs the command again in this period\' help\\t\'Print this message or the help of the given subcommand(s)\''
 complete -c redlock-run -n '__fish_redlock_run_in status forget done' -f
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -140,6 +141,7 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -l log-format -
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s V -l version -d 'Print version'
 complete -c redlock-run -n '__fish_redlock_run_in status' -l json -d 'Print one JSON object instead of text'
+complete -c redlock-run -n '__fish_redlock_run_in status' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in status' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in status' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in status' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -151,6 +153,7 @@ complete -c redlock-run -n '__fish_redlock_run_in status' -l tls-cert -r -F -d '
 complete -c redlock-run -n '__fish_redlock_run_in status' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
 complete -c redlock-run -n '__fish_redlock_run_in status' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
 complete -c redlock-run -n '__fish_redlock_run_in status' -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in forget' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in forget' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in forget' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'

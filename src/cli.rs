@@ -47,6 +47,11 @@ pub const EXAMPLES: &[(&str, &str)] = &[
          --ping https://hc-ping.com/YOUR-UUID -- ./batch.sh",
     ),
     (
+        "the same cron job with its settings in a [lock.\"settle\"] section of \
+         /etc/redlock-run.toml (or --config FILE)",
+        "redlock-run --key settle -- ./batch.sh",
+    ),
+    (
         "who holds it, and how did its last run end?",
         "redlock-run status --key deploy:prod",
     ),
@@ -75,7 +80,7 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ("126 / 127", "command not executable / not found"),
     (
         "2",
-        "bad usage (flags, durations, URL, key, missing command)",
+        "bad usage (flags, durations, URL, key, missing command, config file)",
     ),
     ("70", "internal error"),
 ];
@@ -174,15 +179,17 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Lock and Redis")]
 pub struct ConnArgs {
-    /// Read settings from FILE (TOML: the long option names, defaults at the top and
-    /// [lock."KEY"] sections; see docs/config.md); flags and REDLOCK_* variables win over it.
-    /// An empty FILE reads none [default: /etc/redlock-run.toml if it exists].
+    /// Read settings from FILE (TOML: the long option names; defaults at the top, a lock's
+    /// own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty
+    /// FILE reads none [default: /etc/redlock-run.toml if it exists].
+    // An OsString, not a PathBuf: clap refuses an empty path, and empty means "no file".
     #[arg(
         long,
         global = true,
         env = "REDLOCK_CONFIG",
         value_name = "FILE",
         value_parser = clap::value_parser!(OsString),
+        value_hint = clap::ValueHint::FilePath,
         help_heading = "Config file"
     )]
     pub config: Option<OsString>,

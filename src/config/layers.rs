@@ -9,12 +9,14 @@
 
 use std::ffi::OsString;
 
+use clap::builder::ValueParser;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
 
 use super::UsageError;
 use super::file::{self, ConfigFile, Kind, Setting};
 use crate::cli::Cli;
+use crate::lock::target::Endpoint;
 
 /// Why the command line could not be read.
 #[derive(Debug)]
@@ -49,7 +51,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, CliError> {
     }
     let mut cmd = Cli::command();
     for setting in config.settings_for(cli.conn.key.as_deref()) {
-        cmd = options.set_default(cmd, setting);
+        cmd = options.set_default(cmd, &config, setting);
     }
     let matches = cmd.try_get_matches_from(&args).map_err(CliError::Clap)?;
     let mut cli = Cli::from_arg_matches(&matches).map_err(CliError::Clap)?;
@@ -157,11 +159,22 @@ impl Options {
                 )));
             }
         }
+        // A URL is a plain string to clap; its form is checked when the target is made, which
+        // would name --redis only. Each one on its own here, to name the file and line.
+        if setting.name == "redis" {
+            for url in &setting.values {
+                if let Err(err) = Endpoint::parse(std::slice::from_ref(url), None) {
+                    return Err(UsageError(format!("{}: redis: {err}", config.at(setting))));
+                }
+            }
+        }
         Ok(())
     }
 
-    /// `cmd` with the setting as the default value of its option, wherever the option is.
-    fn set_default(&self, mut cmd: Command, setting: &Setting) -> Command {
+    /// `cmd` with the setting as the default value of its option, wherever the option is. A
+    /// relative path is taken from the file's directory, not from wherever cron or a shell
+    /// happens to start the run.
+    fn set_default(&self, mut cmd: Command, config: &ConfigFile, setting: &Setting) -> Command {
         fn set(cmd: Command, path: &[String], id: &str, values: &[String]) -> Command {
             match path.split_first() {
                 None => cmd.mut_arg(id, |a| a.default_values(values.to_vec())),
@@ -169,7 +182,17 @@ impl Options {
             }
         }
         for option in self.0.iter().filter(|o| o.long == setting.name) {
-            cmd = set(cmd, &option.path, &option.id, &setting.values);
+            let takes_path =
+                option.arg.get_value_parser().type_id() == ValueParser::path_buf().type_id();
+            let values: Vec<String> = match config.path.parent() {
+                Some(dir) if takes_path => setting
+                    .values
+                    .iter()
+                    .map(|v| dir.join(v).to_string_lossy().into_owned())
+                    .collect(),
+                _ => setting.values.clone(),
+            };
+            cmd = set(cmd, &option.path, &option.id, &values);
         }
         cmd
     }

@@ -224,6 +224,7 @@ fn errors_name_the_file_line_and_name() {
             "found an array",
         ),
         ("key", "key = \"job\"\n", 1, "key", "[lock.\"NAME\"]"),
+        ("url", "\n\nredis = \"http://h\"\n", 3, "redis", "http://h"),
     ];
     for (name, text, line, setting, what) in cases {
         let text = text.replace('R', &redis.url());
@@ -248,7 +249,8 @@ fn errors_name_the_file_line_and_name() {
 }
 
 /// A password is never written in the file: neither as `password` nor inside a URL; the
-/// message says to use password-file and shows no part of the password. password-file works.
+/// message says to use password-file and shows no part of the password. password-file works,
+/// a relative one taken from the file's directory (not from where the run starts).
 #[test]
 fn passwords_only_by_file_reference() {
     let redis = RedisServer::start_with(&["--requirepass", "hunter2secret"]);
@@ -294,20 +296,18 @@ fn passwords_only_by_file_reference() {
     let config = config_in(
         dir.path(),
         "ok.toml",
-        &format!(
-            "redis = \"{}\"\npassword-file = \"{}\"\n",
-            redis.url(),
-            pw.display()
-        ),
+        &format!("redis = \"{}\"\npassword-file = \"pw\"\n", redis.url()),
     );
+    let elsewhere = dir.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
     let out = Wrapper::new()
         .arg("--config")
         .arg(&config)
         .args(["--key", "job", "-c", "touch ran"])
-        .current_dir(dir.path())
+        .current_dir(&elsewhere)
         .run();
     out.expect_code(0);
-    assert!(dir.path().join("ran").exists(), "{out}");
+    assert!(elsewhere.join("ran").exists(), "{out}");
 }
 
 /// A file every user may write, or one in a directory every user may write without the sticky
