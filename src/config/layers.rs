@@ -177,7 +177,15 @@ impl Options {
     fn set_default(&self, mut cmd: Command, config: &ConfigFile, setting: &Setting) -> Command {
         fn set(cmd: Command, path: &[String], id: &str, values: &[String]) -> Command {
             match path.split_first() {
-                None => cmd.mut_arg(id, |a| a.default_values(values.to_vec())),
+                // clap keeps default values as &'static str; a process parses its command
+                // line once, so the few bytes leaked here live as long as it would anyway.
+                None => cmd.mut_arg(id, |a| {
+                    a.default_values(
+                        values
+                            .iter()
+                            .map(|v| &*Box::leak(v.clone().into_boxed_str())),
+                    )
+                }),
                 Some((sub, rest)) => cmd.mut_subcommand(sub, |s| set(s, rest, id, values)),
             }
         }
