@@ -2,7 +2,7 @@
 //! names, defaults at the top and `[lock."NAME"]` sections; precedence flag > environment >
 //! the key's section > the file's defaults > the built-in default; errors naming file, line
 //! and name (exit 2, nothing run, Redis untouched); passwords only by file; a file anyone may
-//! write refused; `status` reading the file.
+//! write refused; `status` reading the file; a TOML array of `redis` URLs making a Redlock.
 //!
 //! The harness runs every other test with `REDLOCK_CONFIG=` (no file), so a
 //! /etc/redlock-run.toml on the machine changes nothing there.
@@ -450,4 +450,33 @@ fn status_reads_its_redis_from_the_file() {
     out.expect_code(0);
     assert_eq!(parse_json(&out.stdout)["held"], true, "{out}");
     holder.signal(nix::sys::signal::Signal::SIGTERM);
+}
+
+/// An option given several times on the command line takes a TOML array: three `redis` URLs
+/// in a lock's section make a Redlock over three masters (the lock on every node while the
+/// command runs).
+#[test]
+fn an_array_of_redis_urls_is_a_redlock() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let dir = scratch();
+    let urls: Vec<String> = nodes.iter().map(|n| format!("\"{}\"", n.url())).collect();
+    let config = config_in(
+        dir.path(),
+        "c.toml",
+        &format!("[lock.\"k\"]\nredis = [{}]\n", urls.join(", ")),
+    );
+    let mut run = Wrapper::new()
+        .env("REDLOCK_CONFIG", &config)
+        .args(["--key", "k", "-c", "echo $$ > started; sleep 30"])
+        .current_dir(dir.path())
+        .spawn();
+    run.child_pid(&dir.path().join("started"), secs(10));
+    for (i, node) in nodes.iter().enumerate() {
+        assert!(node.exists("redlock:k"), "node {i} holds no lock");
+    }
+    run.signal(nix::sys::signal::Signal::SIGTERM);
+    run.wait(secs(30)).expect_code(143);
+    for (i, node) in nodes.iter().enumerate() {
+        assert!(!node.exists("redlock:k"), "node {i} kept the lock");
+    }
 }
