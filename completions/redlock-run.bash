@@ -54,33 +54,33 @@ _redlock_run() {
     local opts long_values short_values
     case $sub in
     status)
-        opts='--json --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
-        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        opts='--json --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
     forget)
-        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
-        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        opts='--config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
     acquire)
-        opts='--ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --github --dotenv --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -t -w -E -k -r -h'
-        long_values=' --ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --dotenv --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        opts='--ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --github --dotenv --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -t -w -E -k -r -h'
+        long_values=' --ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --dotenv --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='twEkr'
         ;;
     release)
-        opts='--token --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
-        long_values=' --token --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        opts='--token --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --token --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
     list)
-        opts='--name-prefix --json --max-locks --scan-count --scan-time --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
-        long_values=' --name-prefix --max-locks --scan-count --scan-time --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        opts='--name-prefix --json --max-locks --scan-count --scan-time --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --name-prefix --max-locks --scan-count --scan-time --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
     *)
-        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --metrics-file --ping --ping-output --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
-        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format '
+        opts='--config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --metrics-file --ping --ping-output --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
+        long_values=' --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format '
         short_values='krtwEc'
         ;;
     esac
@@ -152,6 +152,7 @@ _redlock_run() {
     fi
     if [[ -n $value_of ]]; then
         case $value_of in
+        --config) ;; # file names (complete -o default)
         --password-file) ;; # file names (complete -o default)
         --tls-ca-cert) ;; # file names (complete -o default)
         --tls-cert) ;; # file names (complete -o default)

@@ -31,7 +31,7 @@ function __fish_redlock_run_state
                 return
             case '--*=*'
             case '--*'
-                if contains -- $w --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format
+                if contains -- $w --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format
                     test $i -eq $n; and echo value; and return
                     set i (math $i + 1)
                 end
@@ -107,6 +107,7 @@ complete -c redlock-run -n '__fish_redlock_run_in first' -x -a '(__fish_redlock_
 complete -c redlock-run -n '__fish_redlock_run_in command' -x -a '(__fish_redlock_run_complete_command (__fish_redlock_run_state)[2])'
 complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' forget\\t\'Clear a lock\\\'s run record (last run, last success), so that --once-per runs the command again in this period\' acquire\\t\'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold\' release\\t\'Release a hold taken by acquire, by its token, and stop its keeper\' list\\t\'List the locks under --prefix: holder, age, TTL left, queue, --limit permits, last run\' help\\t\'Print this message or the help of the given subcommand(s)\''
 complete -c redlock-run -n '__fish_redlock_run_in status forget acquire release list done' -f
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -140,6 +141,7 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -l log-format -
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s V -l version -d 'Print version'
 complete -c redlock-run -n '__fish_redlock_run_in status' -l json -d 'Print one JSON object instead of text'
+complete -c redlock-run -n '__fish_redlock_run_in status' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in status' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in status' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in status' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -151,6 +153,7 @@ complete -c redlock-run -n '__fish_redlock_run_in status' -l tls-cert -r -F -d '
 complete -c redlock-run -n '__fish_redlock_run_in status' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
 complete -c redlock-run -n '__fish_redlock_run_in status' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
 complete -c redlock-run -n '__fish_redlock_run_in status' -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock-run -n '__fish_redlock_run_in forget' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in forget' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in forget' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in forget' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -173,6 +176,7 @@ complete -c redlock-run -n '__fish_redlock_run_in acquire' -l min-replicas -x -d
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l replica-timeout -x -d 'How long to wait for --min-replicas acknowledgements'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l github -d 'Also append the hold to $GITHUB_OUTPUT (token, fence, key) and $GITHUB_ENV (REDLOCK_TOKEN, REDLOCK_FENCE, REDLOCK_KEY), for the job\'s later steps'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l dotenv -r -F -d 'Also write the hold to FILE as a dotenv file (GitLab: artifacts:reports:dotenv)'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -185,6 +189,7 @@ complete -c redlock-run -n '__fish_redlock_run_in acquire' -l tls-key -r -F -d '
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__fish_redlock_run_in release' -l token -x -d 'The hold\'s token, as acquire printed it'
+complete -c redlock-run -n '__fish_redlock_run_in release' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in release' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in release' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in release' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
@@ -201,6 +206,7 @@ complete -c redlock-run -n '__fish_redlock_run_in list' -l json -d 'Print one JS
 complete -c redlock-run -n '__fish_redlock_run_in list' -l max-locks -x -d 'Show at most N locks, the first N by name; a warning says when there were more'
 complete -c redlock-run -n '__fish_redlock_run_in list' -l scan-count -x -d 'Keys SCAN looks at per call (its COUNT): more is fewer round trips, each one longer'
 complete -c redlock-run -n '__fish_redlock_run_in list' -l scan-time -x -d 'Start no SCAN call after DUR; a warning says the listing may miss locks'
+complete -c redlock-run -n '__fish_redlock_run_in list' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in list' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in list' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
 complete -c redlock-run -n '__fish_redlock_run_in list' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'

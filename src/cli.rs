@@ -77,6 +77,11 @@ pub const EXAMPLES: &[(&str, &str)] = &[
          redlock-run release --key deploy:prod",
     ),
     (
+        "the same cron job with its settings in a [lock.\"settle\"] section of \
+         /etc/redlock-run.toml (or --config FILE)",
+        "redlock-run --key settle -- ./batch.sh",
+    ),
+    (
         "who holds it, and how did its last run end?",
         "redlock-run status --key deploy:prod",
     ),
@@ -118,7 +123,7 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     (
         "2",
-        "bad usage (flags, durations, URL, key, missing command)",
+        "bad usage (flags, durations, URL, key, missing command, config file)",
     ),
     ("70", "internal error"),
 ];
@@ -370,6 +375,21 @@ pub struct StatusArgs {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Lock and Redis")]
 pub struct ConnArgs {
+    /// Read settings from FILE (TOML: the long option names; defaults at the top, a lock's
+    /// own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty
+    /// FILE reads none [default: /etc/redlock-run.toml if it exists].
+    // An OsString, not a PathBuf: clap refuses an empty path, and empty means "no file".
+    #[arg(
+        long,
+        global = true,
+        env = "REDLOCK_CONFIG",
+        value_name = "FILE",
+        value_parser = clap::value_parser!(OsString),
+        value_hint = clap::ValueHint::FilePath,
+        help_heading = "Config file"
+    )]
+    pub config: Option<OsString>,
+
     /// Lock name; the Redis key is PREFIX + KEY.
     #[arg(short, long, global = true, env = "REDLOCK_KEY", value_name = "KEY")]
     pub key: Option<String>,
@@ -814,6 +834,7 @@ mod tests {
             "Run record:",
             "Monitoring:",
             "Messages:",
+            "Config file:",
         ] {
             assert!(
                 long.lines().any(|l| l == heading),

@@ -14,7 +14,8 @@
 //! list.rs          the `list` subcommand (every lock under a prefix, a row each)
 //! status.rs        the `status` and `forget` subcommands (the lock and its run record)
 //! process/         the command as processes: group, cgroup, whole tree, signals, terminal
-//! config.rs        flags and environment -> checked settings, before anything runs
+//! config/          flags, environment and the config file -> checked settings, before
+//!                  anything runs
 //! observe/         --metrics-file (Prometheus textfile), --ping (cron monitors, with its
 //!                  HTTP/1.1 client) and --ping-output's capture of the command's output
 //! period.rs        --once-per: where the current period began (calendar or rolling, in a
@@ -44,8 +45,6 @@ mod process;
 mod report;
 mod status;
 mod supervise;
-
-use clap::Parser;
 
 use cli::{Cli, Sub};
 use exit::Ending;
@@ -121,9 +120,12 @@ fn parse_and_run() -> End {
     if std::env::args_os().len() <= 1 && std::env::var_os("REDLOCK_KEY").is_none() {
         return bare_usage().into();
     }
-    let cli = match Cli::try_parse() {
+    let cli = match config::parse_cli(std::env::args_os().collect()) {
         Ok(cli) => cli,
-        Err(err) => return clap_error(&err).into(),
+        Err(config::CliError::Clap(err)) => return clap_error(&err).into(),
+        Err(config::CliError::File(err)) => {
+            return usage_error(&early_reporter(), &err).code().into();
+        }
     };
     let output = &cli.output;
     if output.quiet && output.verbose {

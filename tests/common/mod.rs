@@ -608,6 +608,9 @@ impl Wrapper {
                 cmd.env_remove(&k);
             }
         }
+        // No config file unless a test names one: a /etc/redlock-run.toml on the machine
+        // must not change what the tests see.
+        cmd.env("REDLOCK_CONFIG", "");
         for (k, v) in &self.envs {
             cmd.env(k, v);
         }

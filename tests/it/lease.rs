@@ -352,6 +352,7 @@ fn a_blocked_stderr_never_delays_the_lease() {
 
     let pidfile = dir.path().join("pid");
     let mut wrapper = Command::new(wrapper_bin())
+        .env("REDLOCK_CONFIG", "")
         .args([
             "--redis",
             &redis.url(),

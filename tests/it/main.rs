@@ -51,6 +51,9 @@
 //!   slot moved key by key there and back under contention.
 //! - `network`: faults made by the TCP fault proxy: the replica WAIT travels with its write,
 //!   a silently dead connection is replaced, an interrupted waiter leaves nothing behind.
+//! - `config_file`: issue 24's config file: a key's section reaching the run, precedence
+//!   (flag > environment > section > defaults > built-in), errors with file:line and name,
+//!   passwords only by file, world-writable files refused, a missing named file, `status`.
 //! - `options`: `--prefix`, passwords, `REDLOCK_*` configuration, `-q`, `--log-format json`.
 //! - `fencing`: `REDLOCK_FENCE` across a restart, a stale writer rejected, a corrupt counter refused.
 //! - `replicas`: `--min-replicas` acknowledgement of the acquire and of renewals.
@@ -97,6 +100,7 @@ mod acquire;
 mod child;
 mod cluster;
 mod completion;
+mod config_file;
 mod contract;
 mod docs;
 mod failover;

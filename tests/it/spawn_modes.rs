@@ -42,7 +42,7 @@ fn raw_run(
     ptrs.push(std::ptr::null());
     let ptrs_addr = ptrs.as_ptr() as usize;
     let mut c = Command::new(wrapper_bin());
-    c.args(["--redis", &redis.url(), "--key", key, "--"])
+    c.args(["--config", "", "--redis", &redis.url(), "--key", key, "--"])
         .args(cmd)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit());

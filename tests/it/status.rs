@@ -140,6 +140,7 @@ fn status_into_closed_pipe(server: &RedisServer, extra: &[&str]) -> (ExitStatus,
             cmd.env_remove(&k);
         }
     }
+    cmd.env("REDLOCK_CONFIG", "");
     // `cmd` owns the write end; dropping it with `cmd` leaves the child the only writer.
     let mut child = cmd.spawn().expect("spawn redlock-run");
     drop(cmd);

@@ -14,6 +14,7 @@ fn on_terminal(args: &str, input: &str, env: &[(&str, &str)]) -> (Option<i32>, S
     let cmdline = format!("{} {args}", wrapper_bin());
     let mut cmd = Command::new("script");
     cmd.args(["-qefc", &cmdline, "/dev/null"])
+        .env("REDLOCK_CONFIG", "")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -109,6 +110,7 @@ fn verbose_messages_do_not_stop_the_wrapper_under_tostop() {
     // bash with job control runs the wrapper as its own job, so its group is not orphaned and
     // a background write really gets SIGTTOU.
     cmd.args(["-qefc", &format!("bash -c '{inner}'"), "/dev/null"])
+        .env("REDLOCK_CONFIG", "")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -157,6 +159,7 @@ impl Shell {
             ])
             .env("TERM", "dumb")
             .env("REDLOCK_REDIS", redis.url())
+            .env("REDLOCK_CONFIG", "")
             .env("RR", wrapper_bin())
             .current_dir(dir.path())
             .stdin(Stdio::piped())

@@ -194,6 +194,7 @@ fn runs_that_never_hold_the_lock_leave_no_cgroup_and_no_guard() {
         .arg(&trace)
         .arg(wrapper_bin())
         .args(["--redis", &redis.url(), "--key", "k", "--", "true"])
+        .env("REDLOCK_CONFIG", "")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -1,5 +1,16 @@
-//! Turns parsed flags into checked settings. Everything here runs before Redis is contacted
-//! and before the command is spawned, so bad input can never lead to a run without the lock.
+//! Turns flags, environment and the config file into checked settings. Everything here runs
+//! before Redis is contacted and before the command is spawned, so bad input can never lead
+//! to a run without the lock.
+//!
+//! - `file.rs`: which config file, whether it may be trusted, its names, types and sections;
+//! - `layers.rs`: the file beneath the command line (flag > environment > section > defaults
+//!   > built-in), through the flags' own parsers;
+//! - here: the checks that need more than one option, and the settings they make.
+
+mod file;
+mod layers;
+
+pub use layers::{CliError, parse as parse_cli};
 
 use std::ffi::OsString;
 use std::time::Duration;
