@@ -20,13 +20,32 @@ pub const USAGE: &str = "\
 redlock-run [OPTIONS] --key <KEY> -- <COMMAND> [ARGS]...
        redlock-run [OPTIONS] --key <KEY> -c <SHELL_STRING>
        redlock-run status [OPTIONS] --key <KEY> [--json]
-       redlock-run forget [OPTIONS] --key <KEY>";
+       redlock-run forget [OPTIONS] --key <KEY>
+       redlock-run break [OPTIONS] --key <KEY> [--holder <TOKEN> | --host <HOST>] [--yes]
+       redlock-run pause [OPTIONS] --key <KEY> --for <DUR> --reason <TEXT>
+       redlock-run resume [OPTIONS] --key <KEY>";
 
 /// The usage line of `status --help`.
 pub const STATUS_USAGE: &str = "redlock-run status [OPTIONS] --key <KEY> [--json]";
 
 /// The usage line of `forget --help`.
 pub const FORGET_USAGE: &str = "redlock-run forget [OPTIONS] --key <KEY>";
+
+/// The usage line of `break --help`.
+pub const BREAK_USAGE: &str =
+    "redlock-run break [OPTIONS] --key <KEY> [--holder <TOKEN> | --host <HOST>] [--yes]";
+
+/// The usage line of `pause --help`.
+pub const PAUSE_USAGE: &str = "redlock-run pause [OPTIONS] --key <KEY> --for <DUR> --reason <TEXT>";
+
+/// The usage line of `resume --help`.
+pub const RESUME_USAGE: &str = "redlock-run resume [OPTIONS] --key <KEY>";
+
+/// Exit code of an operator's command that found nothing to act on (a free lock, no pause).
+pub const EXIT_NOTHING: u8 = 3;
+
+/// Exit code of `break` when the lock is held, but not by the holder named.
+pub const EXIT_NOT_THAT_HOLDER: u8 = 4;
 
 /// Usage examples, shared by `--help` and the man page: (comment, command).
 pub const EXAMPLES: &[(&str, &str)] = &[
@@ -73,6 +92,14 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     ("124", "--max-runtime reached; the command was stopped"),
     ("126 / 127", "command not executable / not found"),
+    (
+        "3",
+        "nothing there to act on (break: lock free; resume: not paused)",
+    ),
+    (
+        "4",
+        "break: held, but not by the holder named (nothing changed)",
+    ),
     (
         "2",
         "bad usage (flags, durations, URL, key, missing command)",
@@ -153,7 +180,71 @@ pub enum Sub {
     /// Redis (on Redlock: any of the masters) cannot be reached.
     #[command(override_usage = FORGET_USAGE)]
     Forget(ForgetArgs),
+    /// Take a lock away from its holder: only from the holder named (--holder, --host), or
+    /// shown and confirmed at a terminal (--yes without one).
+    ///
+    /// Atomic: the holder's token is compared and deleted in one step, so a holder that took
+    /// the lock in between is never touched. Raises the fence (the next grant's is above the
+    /// one printed), marks the token broken and records the run as broken; the old holder's
+    /// wrapper stops its command at its next renewal (exit 74). With --limit locks, breaks
+    /// one permit. Exits 0 broken, 3 the lock is free, 4 not held by the holder named, 2
+    /// usage (no terminal and no --yes), 69 Redis unreachable.
+    #[command(name = "break", override_usage = BREAK_USAGE)]
+    Break(BreakArgs),
+    /// Hold off new runs for a while: they are busy (exit 75) until resume or until the
+    /// pause expires; waiters keep their place; a running holder is not touched.
+    #[command(override_usage = PAUSE_USAGE)]
+    Pause(PauseArgs),
+    /// End a pause now and wake the first waiter. Exits 0, or 3 when the lock was not
+    /// paused.
+    #[command(override_usage = RESUME_USAGE)]
+    Resume(ResumeArgs),
 }
+
+/// `break`'s own options.
+#[derive(Debug, Args)]
+pub struct BreakArgs {
+    /// Break only the holder with this token (its REDLOCK_TOKEN; status --json shows it).
+    #[arg(
+        long,
+        env = "REDLOCK_BREAK_HOLDER",
+        value_name = "TOKEN",
+        conflicts_with = "host"
+    )]
+    pub holder: Option<String>,
+
+    /// Break only a holder on this host (as status shows it).
+    #[arg(long, env = "REDLOCK_BREAK_HOST", value_name = "HOST")]
+    pub host: Option<String>,
+
+    /// Break without asking (needed without --holder/--host when stdin is no terminal).
+    #[arg(short, long, env = "REDLOCK_BREAK_YES", action = ArgAction::SetTrue,
+          value_parser = parse_switch)]
+    pub yes: bool,
+}
+
+/// `pause`'s own options.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// How long the pause lasts at most (it always expires; resume ends it earlier).
+    #[arg(long = "for", env = "REDLOCK_PAUSE_FOR", value_name = "DUR", required = true,
+          value_parser = parse_duration)]
+    pub length: Duration,
+
+    /// Why: shown in the busy message of every run held off, and by status (one line, up to
+    /// 200 characters).
+    #[arg(
+        long,
+        env = "REDLOCK_PAUSE_REASON",
+        value_name = "TEXT",
+        required = true
+    )]
+    pub reason: String,
+}
+
+/// `resume` has no options of its own.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {}
 
 /// `forget` has no options of its own: the lock is named by the global ones.
 #[derive(Debug, Args)]
@@ -365,6 +456,16 @@ pub struct RunArgs {
     #[arg(long, env = "REDLOCK_RECORD_ARGS", action = ArgAction::SetTrue,
           value_parser = parse_switch, help_heading = "Command")]
     pub record_args: bool,
+
+    /// A note on the holder record, shown by status (a ticket, a CI run URL): one line of
+    /// printable text, up to 200 characters.
+    #[arg(
+        long,
+        env = "REDLOCK_NOTE",
+        value_name = "TEXT",
+        help_heading = "Command"
+    )]
+    pub note: Option<String>,
 
     /// After every run, write its metrics for Prometheus to FILE (node_exporter textfile
     /// format, replaced atomically; several keys may share one file).

@@ -29,8 +29,8 @@ mod token;
 pub mod topology;
 
 pub use contract::{
-    Attempt, Grant, Holder, HolderInfo, Lock, NodeStatus, Permit, ReleaseNotices, Released,
-    Renewal, ReplicaAck, Status, Waiter,
+    Attempt, BreakOutcome, Broken, Grant, Holder, HolderInfo, Lock, NodeStatus, Paused, Permit,
+    ReleaseNotices, Released, Renewal, ReplicaAck, Status, Waiter,
 };
 pub use error::{FailureKind, RedisFailure};
 pub use protocol::keys::check as check_name;

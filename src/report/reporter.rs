@@ -120,6 +120,14 @@ impl Reporter {
         }
     }
 
+    /// An operator's command (`break`, `pause`, `resume`) did what was asked: one line,
+    /// silent under --quiet.
+    pub fn done(&self, event: &str, msg: impl Display) {
+        if !self.quiet {
+            self.emit(Level::Info, event, &msg.to_string());
+        }
+    }
+
     /// `--once-per` skipped the command: one line, silent under --quiet.
     pub fn skipped(&self, msg: impl Display) {
         if !self.quiet {

@@ -77,6 +77,7 @@ impl<'a, L: Lock> Acquirer<'a, L> {
             host,
             pid,
             command: cfg.command.display.clone(),
+            note: cfg.note.clone().unwrap_or_default(),
         };
         Acquirer { run, holder, start }
     }

@@ -101,6 +101,7 @@ mod limit;
 mod network;
 mod observe;
 mod once_per_faults;
+mod operator;
 mod options;
 mod proxy;
 mod queue;

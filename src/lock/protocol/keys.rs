@@ -35,6 +35,8 @@ pub const COMPANIONS: &[&str] = &[
     "limit",
     "last-run",
     "last-success",
+    "pause",
+    "broken",
 ];
 
 /// The Redis keys of one lock.
@@ -66,6 +68,12 @@ pub struct Keys {
     /// The same record of the last run that succeeded, kept apart so that a failure does
     /// not hide when the job last worked.
     pub last_success: String,
+    /// `pause`: why, by whom and until when new runs are held off (a hash), expiring when
+    /// the pause ends.
+    pub pause: String,
+    /// `break`: which tokens were taken away, by whom and when (a hash: token -> `host TAB
+    /// ms`), so that the holder's next renewal can say so; kept for `BROKEN_KEEP`.
+    pub broken: String,
 }
 
 /// Why a lock name cannot be used.
@@ -110,6 +118,8 @@ impl Keys {
             limit: companion("limit"),
             last_run: companion("last-run"),
             last_success: companion("last-success"),
+            pause: companion("pause"),
+            broken: companion("broken"),
         })
     }
 }
@@ -164,7 +174,7 @@ mod tests {
 
     /// The part of a key Redis Cluster hashes: the tag if there is one, else the whole key.
     /// The lock key and every companion.
-    fn all(k: &Keys) -> [&String; 11] {
+    fn all(k: &Keys) -> [&String; 13] {
         [
             &k.lock,
             &k.fence,
@@ -177,6 +187,8 @@ mod tests {
             &k.limit,
             &k.last_run,
             &k.last_success,
+            &k.pause,
+            &k.broken,
         ]
     }
 

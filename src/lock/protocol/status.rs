@@ -5,6 +5,7 @@ use redis::Value;
 
 use super::keys::Keys;
 use super::mutex::text;
+use super::operator::paused_from;
 use super::record::{self, Records};
 use crate::lock::{Permit, Status};
 
@@ -22,6 +23,7 @@ const LIMIT: usize = 9;
 const TIME: usize = 10;
 const LAST_RUN: usize = 11;
 const LAST_SUCCESS: usize = 12;
+const PAUSE: usize = 13;
 
 /// The read-only pipeline. Replies that do not fit the key's type (GET on a sorted set) come
 /// back as error values and are ignored; see [`parse`].
@@ -44,6 +46,7 @@ pub fn pipeline(k: &Keys) -> redis::Pipeline {
     pipe.cmd("TIME");
     pipe.cmd("HGETALL").arg(&k.last_run);
     pipe.cmd("HGETALL").arg(&k.last_success);
+    pipe.cmd("HGETALL").arg(&k.pause);
     pipe.ignore_errors();
     pipe
 }
@@ -80,6 +83,13 @@ pub fn parse(replies: &[Value]) -> Result<Option<Status>, &Value> {
             .next()
             .map(|w| waiter_shown(&w));
         s.records = records(replies);
+        let pause = pairs(replies.get(PAUSE));
+        s.paused = paused_from(|name| {
+            pause
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        });
         s
     }))
 }
@@ -135,6 +145,8 @@ fn status_from(
     Status {
         held: true,
         foreign: false,
+        note: field("note").filter(|n| !n.is_empty()),
+        token: Some(value),
         ttl_ms,
         host: field("host"),
         pid: field("pid").and_then(|p| p.parse().ok()),
@@ -168,6 +180,7 @@ fn semaphore(replies: &[Value]) -> Option<Status> {
         let mut fields = info.unwrap_or_default().splitn(5, '\t');
         let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
         permits.push(Permit {
+            token: token.clone(),
             host: next(),
             pid: next().and_then(|p| p.parse().ok()),
             acquired_ms: next().and_then(|p| p.parse().ok()),
@@ -286,6 +299,7 @@ mod tests {
         assert_eq!(
             s.permits,
             vec![Permit {
+                token: "t2".into(),
                 host: Some("web1".into()),
                 pid: Some(7),
                 acquired_ms: Some(1000),
