@@ -43,11 +43,11 @@ _redlock_run() {
     local sub=
     if ((cword > 1)); then
         case ${words[1]} in
-        status|forget|help) sub=${words[1]} ;;
+        status|forget|break|pause|resume|help) sub=${words[1]} ;;
         esac
     fi
     if [[ $sub == help ]]; then
-        ((cword == 2)) && _redlock_run_reply -W 'status forget help' -- "$cur"
+        ((cword == 2)) && _redlock_run_reply -W 'status forget break pause resume help' -- "$cur"
         return 0
     fi
 
@@ -63,9 +63,24 @@ _redlock_run() {
         long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
+    break)
+        opts='--holder --host --yes --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -y -k -r -h'
+        long_values=' --holder --host --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='kr'
+        ;;
+    pause)
+        opts='--for --reason --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --for --reason --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='kr'
+        ;;
+    resume)
+        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='kr'
+        ;;
     *)
-        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --metrics-file --ping --ping-output --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
-        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format '
+        opts='--key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --note --metrics-file --ping --ping-output --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
+        long_values=' --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --note --metrics-file --ping --ping-output --log-format '
         short_values='krtwEc'
         ;;
     esac
@@ -154,9 +169,9 @@ _redlock_run() {
         compopt +o default +o bashdefault 2>/dev/null
     elif ((cword == 1)); then
         if [[ -z $cur ]]; then
-            _redlock_run_reply -W "status forget help $opts" -- "$cur"
+            _redlock_run_reply -W "status forget break pause resume help $opts" -- "$cur"
         else
-            _redlock_run_reply -W 'status forget help' -- "$cur"
+            _redlock_run_reply -W 'status forget break pause resume help' -- "$cur"
             ((${#COMPREPLY[@]})) || _redlock_run_reply -c -- "$cur"
         fi
     elif [[ -n $cur ]]; then

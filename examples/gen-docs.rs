@@ -858,6 +858,40 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
         ".PP\nIt takes the options of STATUS that name the lock (\\fB\\-\\-key\\fR, \\fB\\-\\-redis\\fR, \\fB\\-\\-prefix\\fR, ...), and no others."
     )?;
 
+    // The operator's commands: the lock's options as STATUS, and their own.
+    for (name, usage) in [
+        ("break", cli::BREAK_USAGE),
+        ("pause", cli::PAUSE_USAGE),
+        ("resume", cli::RESUME_USAGE),
+    ] {
+        let sub = cmd
+            .find_subcommand(name)
+            .unwrap_or_else(|| panic!("the {name} subcommand"));
+        writeln!(w, ".SH {}", name.to_uppercase())?;
+        writeln!(w, "{}", synopsis_form(usage))?;
+        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+            for paragraph in about.to_string().split("\n\n") {
+                writeln!(w, ".PP\n{}", line_guard(&escape(&sentence(paragraph))))?;
+            }
+        }
+        let own: Vec<&Arg> = visible_options(sub)
+            .filter(|a| a.get_id() != "help")
+            .filter(|a| !cmd.get_arguments().any(|r| r.get_id() == a.get_id()))
+            .collect();
+        if own.is_empty() {
+            writeln!(
+                w,
+                ".PP\nIt takes the options of STATUS that name the lock, and no others."
+            )?;
+        } else {
+            writeln!(
+                w,
+                ".PP\nIt takes the options of STATUS that name the lock; and its own:"
+            )?;
+            write_option_entries(w, &own)?;
+        }
+    }
+
     writeln!(w, ".SH EXAMPLES")?;
     for (comment, command) in cli::EXAMPLES {
         writeln!(

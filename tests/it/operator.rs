@@ -264,11 +264,15 @@ fn a_pause_expires_by_itself() {
     let conn = single(&redis, "exp");
     op(&conn, "pause", &["--for", "3s", "--reason", "short"]).expect_code(0);
     assert!(redis.pttl("{redlock:exp}:pause") > 0, "the pause has a TTL");
-    Wrapper::on(&redis, "exp")
-        .arg("--")
-        .arg("true")
-        .run()
-        .expect_code(75);
+    let busy = Wrapper::on(&redis, "exp")
+        .args(["--log-format", "json", "--", "true"])
+        .run();
+    busy.expect_code(75);
+    let line = parse_json(busy.stderr.lines().last().unwrap_or_default());
+    assert_eq!(line["event"], "busy", "{busy}");
+    assert_eq!(line["paused_reason"], "short", "{busy}");
+    assert_eq!(line["paused_by"], hostname().as_str(), "{busy}");
+    assert!(line["paused_until"].is_string(), "{busy}");
     // A waiter gets the lock once the pause has expired, without a resume.
     let out = Wrapper::on(&redis, "exp")
         .args(["--wait", "1m", "--", "true"])
