@@ -97,6 +97,16 @@ pub async fn break_lock(target: &Target, args: &BreakArgs, report: &Reporter) ->
         }
     };
     let all = candidates(&status);
+    if all.is_empty() && status.held {
+        report.error(
+            "not-holder",
+            format_args!(
+                "lock {key} is held by a value that break cannot name (not a redlock-run lock); \
+                 nothing changed"
+            ),
+        );
+        return EXIT_NOT_THAT_HOLDER;
+    }
     if all.is_empty() {
         report.error("free", format_args!("lock {key} is free: nothing to break"));
         return EXIT_NOTHING;

@@ -133,6 +133,19 @@ fn break_of_another_holder_exits_4_and_changes_nothing() {
     running.wait(secs(20));
 }
 
+/// A lock taken by another client (a raw `SET NX`) is broken by its value, and only by it.
+#[test]
+fn break_of_a_foreign_lock_names_its_value() {
+    let redis = RedisServer::start();
+    let conn = single(&redis, "raw");
+    redis.cli(&["SET", "redlock:raw", "their-token", "PX", "60000"]);
+    op(&conn, "break", &["--host", "anyhost"]).expect_code(4);
+    op(&conn, "break", &["--holder", "other"]).expect_code(4);
+    assert_eq!(redis.get("redlock:raw").as_deref(), Some("their-token"));
+    op(&conn, "break", &["--holder", "their-token"]).expect_code(0);
+    assert!(!redis.exists("redlock:raw"));
+}
+
 #[test]
 fn break_without_a_holder_named_needs_yes_without_a_terminal() {
     let redis = RedisServer::start();

@@ -139,6 +139,8 @@ fn status_from(
             held: true,
             foreign: true,
             ttl_ms,
+            // Its value is the only name `break --holder` has for it.
+            token: Some(value),
             ..Status::default()
         };
     }
