@@ -249,6 +249,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_paused_lock_says_why_who_and_until_when() {
+        let paused = Holder {
+            free: true,
+            paused: Some(Paused {
+                reason: "deploy freeze".into(),
+                by: "ops1".into(),
+                since_ms: 0,
+                until_ms: 1_796_235_611_000,
+            }),
+            ..Holder::default()
+        };
+        assert_eq!(
+            busy_message("k", &paused, Wait::For(Duration::ZERO)),
+            "lock k is busy: paused by ops1 until 2026-12-02T18:20:11Z: deploy freeze; new runs \
+             wait until resume or the pause ends"
+        );
+        let held = Holder {
+            free: false,
+            host: Some("web1".into()),
+            pid: Some(7),
+            ..paused.clone()
+        };
+        assert!(
+            busy_message("k", &held, Wait::For(Duration::ZERO))
+                .contains(", and held by web1 pid 7"),
+        );
+    }
+
+    #[test]
     fn busy_message_names_key_holder_and_ttl() {
         let holder = Holder {
             ttl_ms: Some(1500),

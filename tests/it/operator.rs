@@ -371,3 +371,22 @@ fn redlock_break_and_pause() {
         false,
     );
 }
+
+#[test]
+fn sentinel_break_and_pause() {
+    let set = crate::common::sentinel::SentinelSet::start(1);
+    let conn = |key: &str| {
+        vec![
+            "--redis".to_owned(),
+            set.url(),
+            "--key".to_owned(),
+            key.to_owned(),
+        ]
+    };
+    break_a_running_holder(&conn("sb"), || set.wrapper("sb"));
+    pause_holds_off_runs_and_resume_lets_waiters_go_in_order(
+        &conn("sp"),
+        || set.wrapper("sp"),
+        true,
+    );
+}

@@ -1059,6 +1059,35 @@ mod tests {
         }
     }
 
+    /// A pause shows once enough nodes have it that no quorum can grant (more than n -
+    /// quorum), with the latest end among them.
+    #[test]
+    fn the_quorum_view_is_paused_when_no_quorum_can_grant() {
+        let paused = |until_ms| Status {
+            paused: Some(crate::lock::Paused {
+                reason: "r".into(),
+                by: "ops".into(),
+                since_ms: 1,
+                until_ms,
+            }),
+            ..Status::default()
+        };
+        let two = [
+            node(Ok(paused(10))),
+            node(Ok(paused(20))),
+            node(Ok(Status::default())),
+        ];
+        assert_eq!(quorum_view(&two, 2).paused.map(|p| p.until_ms), Some(20));
+        let one = [
+            node(Ok(paused(10))),
+            node(Ok(Status::default())),
+            node(Err("down".into())),
+        ];
+        assert_eq!(quorum_view(&one, 2).paused, None);
+        // With quorum 3 of 3, one paused node keeps any quorum from granting.
+        assert!(quorum_view(&one, 3).paused.is_some());
+    }
+
     #[test]
     fn the_quorum_view_needs_a_quorum_of_one_holder() {
         let nodes = [
