@@ -390,3 +390,60 @@ fn sentinel_break_and_pause() {
         true,
     );
 }
+
+/// `redlock-run ARGS` on a pseudo-terminal (script(1)) with `input` typed: its exit code and
+/// what the terminal showed.
+fn on_terminal(args: &str, input: &str) -> (Option<i32>, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let cmdline = format!("{} {args}", wrapper_bin());
+    let mut child = Command::new("script")
+        .args(["-qefc", &cmdline, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux");
+    let _guard = PidGuard::new(child.id() as i32);
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let ended = poll_until(secs(30), || child.try_wait().unwrap().is_some());
+    if !ended {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        ended,
+        "{cmdline} on a terminal did not finish; it showed:\n{shown}"
+    );
+    (out.status.code(), shown)
+}
+
+#[test]
+fn break_at_a_terminal_shows_the_holder_and_asks() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut running = holder(Wrapper::on(&redis, "tty"), dir.path());
+    running.child_pid(&dir.path().join("started"), secs(20));
+    let args = format!("break --redis {} --key tty", redis.url());
+
+    let (code, shown) = on_terminal(&args, "n\n");
+    assert_eq!(code, Some(2), "{shown}");
+    assert!(
+        shown.contains(&format!("held by {} pid {}", hostname(), running.pid)),
+        "the question shows the holder: {shown}"
+    );
+    assert!(
+        redis.exists("redlock:tty"),
+        "not confirmed: nothing changed"
+    );
+
+    let (code, shown) = on_terminal(&args, "y\n");
+    assert_eq!(code, Some(0), "{shown}");
+    running.wait(secs(30)).expect_code(74);
+}
