@@ -10,6 +10,7 @@
 //! supervise/       the supervisor: acquire and wait, hold, lease keeper, stopper, outcome,
 //!                  backoff, messages; every change of the lock's state happens there
 //! status.rs        the `status` and `forget` subcommands (the lock and its run record)
+//! operator.rs      the `break`, `pause` and `resume` subcommands (an operator's hands)
 //! process/         the command as processes: group, cgroup, whole tree, signals, terminal
 //! config.rs        flags and environment -> checked settings, before anything runs
 //! observe/         --metrics-file (Prometheus textfile), --ping (cron monitors, with its
