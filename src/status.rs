@@ -209,6 +209,9 @@ fn permits_text(key: &str, limit: u32, s: &Status) -> String {
         if let Some(cmd) = &p.command {
             details.push(format!("command: {cmd}"));
         }
+        if let Some(note) = &p.note {
+            details.push(format!("note: {note}"));
+        }
         let _ = write!(out, " ({})", details.join(", "));
     }
     out
@@ -385,6 +388,7 @@ fn record_json(r: &RunRecord) -> RecordJson<'_> {
 #[derive(Serialize)]
 struct PermitJson<'a> {
     token: &'a str,
+    note: Option<&'a str>,
     host: Option<&'a str>,
     pid: Option<u32>,
     command: Option<&'a str>,
@@ -437,6 +441,7 @@ fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
                 .iter()
                 .map(|p| PermitJson {
                     token: &p.token,
+                    note: p.note.as_deref(),
                     host: p.host.as_deref(),
                     pid: p.pid,
                     command: p.command.as_deref(),

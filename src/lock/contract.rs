@@ -285,6 +285,8 @@ pub struct Permit {
     pub host: Option<String>,
     pub pid: Option<u32>,
     pub command: Option<String>,
+    /// The holder's `--note`.
+    pub note: Option<String>,
     pub acquired_ms: Option<u64>,
     pub fence: Option<u64>,
     pub ttl_ms: u64,

@@ -327,6 +327,27 @@ fn the_note_is_shown_by_status_in_text_and_json() {
     running.signal(nix::sys::signal::Signal::SIGTERM);
     running.wait(secs(20));
 
+    // A --limit permit keeps its own note.
+    let other = scratch();
+    let mut permit = holder(
+        Wrapper::on(&redis, "n").args(["--limit", "2", "--note", "permit note"]),
+        other.path(),
+    );
+    permit.child_pid(&other.path().join("started"), secs(20));
+    let json = status_json(&conn);
+    let holders = json["holders"].as_array().expect("holders");
+    assert_eq!(holders[0]["note"], "permit note", "{json}");
+    assert!(
+        holders[0]["command"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("sh")),
+        "the command keeps its place: {json}"
+    );
+    let text = op(&conn, "status", &[]);
+    assert!(text.stdout.contains("note: permit note"), "{text}");
+    permit.signal(nix::sys::signal::Signal::SIGTERM);
+    permit.wait(secs(20));
+
     let long = "x".repeat(201);
     let out = Wrapper::on(&redis, "n")
         .args(["--note", &long, "--", "true"])

@@ -68,8 +68,8 @@ impl Semaphore {
         let mut args = acquire_args(token, ttl, holder);
         args.push(self.limit.to_string());
         ScriptCall::new(&ACQUIRE, &k.lock, &names, args)
-            // The pause key (after the limit): busy while paused.
-            .then(vec![k.pause.clone()])
+            // The pause key (after the limit): busy while paused; the note.
+            .then(vec![k.pause.clone(), holder.note.clone()])
             .needing_moved(&[&names[..], &[k.pause.as_str()]].concat())
     }
 

@@ -181,13 +181,23 @@ fn semaphore(replies: &[Value]) -> Option<Status> {
             .map(|(_, i)| i.as_str());
         let mut fields = info.unwrap_or_default().splitn(5, '\t');
         let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
+        let (host, pid, acquired_ms, fence) = (next(), next(), next(), next());
+        // The command, and the note after it (semaphore/acquire.lua).
+        let (command, note) = match next() {
+            Some(rest) => match rest.split_once("\t\u{1f}") {
+                Some((cmd, note)) => (Some(cmd.to_owned()), Some(note.to_owned())),
+                None => (Some(rest), None),
+            },
+            None => (None, None),
+        };
         permits.push(Permit {
             token: token.clone(),
-            host: next(),
-            pid: next().and_then(|p| p.parse().ok()),
-            acquired_ms: next().and_then(|p| p.parse().ok()),
-            fence: next().and_then(|p| p.parse().ok()),
-            command: next(),
+            host,
+            pid: pid.and_then(|p| p.parse().ok()),
+            acquired_ms: acquired_ms.and_then(|p| p.parse().ok()),
+            fence: fence.and_then(|p| p.parse().ok()),
+            command: command.filter(|c| !c.is_empty()),
+            note: note.filter(|n| !n.is_empty()),
             ttl_ms: ends - now_ms,
         });
     }
@@ -307,6 +317,7 @@ mod tests {
                 acquired_ms: Some(1000),
                 fence: Some(11),
                 command: Some("sleep 1".into()),
+                note: None,
                 ttl_ms: 7000,
             }]
         );

@@ -63,6 +63,8 @@ elseif kind == 'zset' then
     if info then
       host, pid, since, fence, cmd = string.match(info,
         '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
+      -- Without the note (semaphore/acquire.lua).
+      cmd = cmd and (string.match(cmd, '^(.-)\t\31') or cmd)
     end
   end
 else

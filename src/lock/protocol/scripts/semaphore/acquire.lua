@@ -22,8 +22,8 @@ local fence_key, holders, cancelled, queue, expiry, limit_key =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local token, ttl = ARGV[7], tonumber(ARGV[8])
 local waiter, keep, limit = ARGV[13], tonumber(ARGV[14]), tonumber(ARGV[15])
--- The pause key (`pause`; after the limit), '' for none.
-local pause = ARGV[16] or ''
+-- The pause key (`pause`; after the limit), '' for none; then the holder's note ('' none).
+local pause, note = ARGV[16] or '', ARGV[17] or ''
 
 local kind = type_here(lock)
 if not kind then
@@ -184,8 +184,15 @@ end
 
 redis.call('ZADD', lock, string.format('%.0f', now_ms + ttl), token)
 redis.call('SET', fence_key, fence_str, 'PX', ARGV[9])
-redis.call('HSET', holders, token, ARGV[10] .. '\t' .. ARGV[11] .. '\t' ..
-  string.format('%.0f', now_ms) .. '\t' .. fence_str .. '\t' .. ARGV[12])
+-- host TAB pid TAB acquired TAB fence TAB command, and with a note TAB US note (US, the
+-- ASCII unit separator, is in no command shown: it keeps the command's place for readers
+-- that know of no note).
+local info = ARGV[10] .. '\t' .. ARGV[11] .. '\t' .. string.format('%.0f', now_ms) .. '\t' ..
+  fence_str .. '\t' .. ARGV[12]
+if note ~= '' then
+  info = info .. '\t\31' .. note
+end
+redis.call('HSET', holders, token, info)
 redis.call('PEXPIRE', lock, left)
 redis.call('PEXPIRE', holders, left)
 redis.call('SET', limit_key, ARGV[15], 'PX', left)
