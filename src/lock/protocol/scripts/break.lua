@@ -3,7 +3,8 @@
 -- Works on both layouts, so that `break` needs no --limit: the mutex's string key, or one
 -- permit of the --limit semaphore's sorted set.
 -- KEYS: lock. ARGV: holder hash, holders hash (--limit), fence counter, release channel,
--- queue, queue expiry, broken marks, last-run, last-success; then token, breaker's host,
+-- queue, queue expiry, broken marks, last-run, last-success (left alone: a broken run is no
+-- success); then token, breaker's host,
 -- how long the broken mark is kept (ms), fence counter ttl (ms), record retention (ms).
 -- In the same step:
 -- - the fence is raised: the counter is set to a new fence F (as an acquire would), so that
