@@ -43,11 +43,11 @@ _redlock_run() {
     local sub=
     if ((cword > 1)); then
         case ${words[1]} in
-        status|forget|acquire|release|list|help) sub=${words[1]} ;;
+        status|forget|acquire|release|list|break|pause|resume|help) sub=${words[1]} ;;
         esac
     fi
     if [[ $sub == help ]]; then
-        ((cword == 2)) && _redlock_run_reply -W 'status forget acquire release list help' -- "$cur"
+        ((cword == 2)) && _redlock_run_reply -W 'status forget acquire release list break pause resume help' -- "$cur"
         return 0
     fi
 
@@ -64,8 +64,8 @@ _redlock_run() {
         short_values='kr'
         ;;
     acquire)
-        opts='--ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --github --dotenv --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -t -w -E -k -r -h'
-        long_values=' --ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --dotenv --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        opts='--ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --github --note --dotenv --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -t -w -E -k -r -h'
+        long_values=' --ttl --heartbeat --grace --max-hold --wait --limit --conflict-exit-code --min-replicas --replica-timeout --note --dotenv --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='twEkr'
         ;;
     release)
@@ -78,9 +78,24 @@ _redlock_run() {
         long_values=' --name-prefix --max-locks --scan-count --scan-time --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
         short_values='kr'
         ;;
+    break)
+        opts='--holder --host --yes --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -y -k -r -h'
+        long_values=' --holder --host --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='kr'
+        ;;
+    pause)
+        opts='--for --reason --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --for --reason --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='kr'
+        ;;
+    resume)
+        opts='--config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format --help -k -r -h'
+        long_values=' --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --log-format '
+        short_values='kr'
+        ;;
     *)
-        opts='--config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --metrics-file --ping --ping-output --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
-        long_values=' --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format '
+        opts='--config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --note --metrics-file --ping --ping-output --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
+        long_values=' --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --note --metrics-file --ping --ping-output --log-format '
         short_values='krtwEc'
         ;;
     esac
@@ -171,9 +186,9 @@ _redlock_run() {
         compopt +o default +o bashdefault 2>/dev/null
     elif ((cword == 1)); then
         if [[ -z $cur ]]; then
-            _redlock_run_reply -W "status forget acquire release list help $opts" -- "$cur"
+            _redlock_run_reply -W "status forget acquire release list break pause resume help $opts" -- "$cur"
         else
-            _redlock_run_reply -W 'status forget acquire release list help' -- "$cur"
+            _redlock_run_reply -W 'status forget acquire release list break pause resume help' -- "$cur"
             ((${#COMPREPLY[@]})) || _redlock_run_reply -c -- "$cur"
         fi
     elif [[ -n $cur ]]; then

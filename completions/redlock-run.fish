@@ -15,7 +15,7 @@ function __fish_redlock_run_state
     set -e words[1]
     set -l n (count $words)
     switch "$words[1]"
-        case status forget acquire release list
+        case status forget acquire release list break pause resume
             echo $words[1]
             return
         case help
@@ -31,7 +31,7 @@ function __fish_redlock_run_state
                 return
             case '--*=*'
             case '--*'
-                if contains -- $w --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --metrics-file --ping --ping-output --log-format
+                if contains -- $w --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --note --metrics-file --ping --ping-output --log-format
                     test $i -eq $n; and echo value; and return
                     set i (math $i + 1)
                 end
@@ -73,8 +73,8 @@ end
 # The first word: the subcommands when one starts with it, else command names.
 function __fish_redlock_run_complete_first
     set -l word (string escape --style=regex -- (commandline -ct))
-    if string match -qr -- "^$word" status forget acquire release list help
-        printf '%s\n' status\t'Tell who holds a lock: host, pid, command, age, TTL left, fence' forget\t'Clear a lock\'s run record (last run, last success), so that --once-per runs the command again in this period' acquire\t'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold' release\t'Release a hold taken by acquire, by its token, and stop its keeper' list\t'List the locks under --prefix: holder, age, TTL left, queue, --limit permits, last run' help\t'Print this message or the help of the given subcommand(s)'
+    if string match -qr -- "^$word" status forget acquire release list break pause resume help
+        printf '%s\n' status\t'Tell who holds a lock: host, pid, command, age, TTL left, fence' forget\t'Clear a lock\'s run record (last run, last success), so that --once-per runs the command again in this period' acquire\t'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold' release\t'Release a hold taken by acquire, by its token, and stop its keeper' list\t'List the locks under --prefix: holder, age, TTL left, queue, --limit permits, last run' break\t'Take a lock away from its holder: only from the holder named (--holder, --host), or shown and confirmed at a terminal (--yes without one)' pause\t'Hold off new runs for a while: they are busy (exit 75) until resume or until the pause expires; waiters keep their place; a running holder is not touched' resume\t'End a pause now and wake the first waiter. Exits 0, or 3 when the lock was not paused' help\t'Print this message or the help of the given subcommand(s)'
     else
         __fish_redlock_run_complete_command 1
     end
@@ -105,8 +105,8 @@ end
 
 complete -c redlock-run -n '__fish_redlock_run_in first' -x -a '(__fish_redlock_run_complete_first)'
 complete -c redlock-run -n '__fish_redlock_run_in command' -x -a '(__fish_redlock_run_complete_command (__fish_redlock_run_state)[2])'
-complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' forget\\t\'Clear a lock\\\'s run record (last run, last success), so that --once-per runs the command again in this period\' acquire\\t\'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold\' release\\t\'Release a hold taken by acquire, by its token, and stop its keeper\' list\\t\'List the locks under --prefix: holder, age, TTL left, queue, --limit permits, last run\' help\\t\'Print this message or the help of the given subcommand(s)\''
-complete -c redlock-run -n '__fish_redlock_run_in status forget acquire release list done' -f
+complete -c redlock-run -n '__fish_redlock_run_in help' -x -a 'status\\t\'Tell who holds a lock: host, pid, command, age, TTL left, fence\' forget\\t\'Clear a lock\\\'s run record (last run, last success), so that --once-per runs the command again in this period\' acquire\\t\'Take the lock for several CI steps: a keeper process renews it until release, at most --max-hold\' release\\t\'Release a hold taken by acquire, by its token, and stop its keeper\' list\\t\'List the locks under --prefix: holder, age, TTL left, queue, --limit permits, last run\' break\\t\'Take a lock away from its holder: only from the holder named (--holder, --host), or shown and confirmed at a terminal (--yes without one)\' pause\\t\'Hold off new runs for a while: they are busy (exit 75) until resume or until the pause expires; waiters keep their place; a running holder is not touched\' resume\\t\'End a pause now and wake the first waiter. Exits 0, or 3 when the lock was not paused\' help\\t\'Print this message or the help of the given subcommand(s)\''
+complete -c redlock-run -n '__fish_redlock_run_in status forget acquire release list break pause resume done' -f
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
@@ -132,6 +132,7 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -l min-replicas
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l replica-timeout -x -d 'How long to wait for --min-replicas acknowledgements'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s c -l command -x -d 'Run SHELL_STRING with /bin/sh -c instead of a COMMAND after --'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l record-args -d 'Show the command\'s arguments in the holder record (see status) and in messages. Off: the program name only, as anyone who can read Redis can read the record'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l note -x -d 'A note on the holder record, shown by status (a ticket, a CI run URL): one line of printable text, up to 200 characters'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l metrics-file -r -F -d 'After every run, write its metrics for Prometheus to FILE (node_exporter textfile format, replaced atomically; several keys may share one file)'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l ping -x -d 'Ping a cron monitor (healthchecks.io protocol): URL/start when the command starts, URL on success, URL/<exit code> on failure, URL/log for a busy or skipped run'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l ping-output -x -d 'Send the last N lines of the command\'s output (stdout and stderr) with the final ping [default: none]'
@@ -175,6 +176,7 @@ complete -c redlock-run -n '__fish_redlock_run_in acquire' -s E -l conflict-exit
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l min-replicas -x -d 'Replicas that must acknowledge the acquire and each renewal (Redis WAIT)'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l replica-timeout -x -d 'How long to wait for --min-replicas acknowledgements'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l github -d 'Also append the hold to $GITHUB_OUTPUT (token, fence, key) and $GITHUB_ENV (REDLOCK_TOKEN, REDLOCK_FENCE, REDLOCK_KEY), for the job\'s later steps'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l note -x -d 'A note on the hold\'s holder record, shown by status (a ticket, a CI run URL): one line of printable text, up to 200 characters'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l dotenv -r -F -d 'Also write the hold to FILE as a dotenv file (GitLab: artifacts:reports:dotenv)'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
@@ -218,3 +220,44 @@ complete -c redlock-run -n '__fish_redlock_run_in list' -l tls-cert -r -F -d 'TL
 complete -c redlock-run -n '__fish_redlock_run_in list' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
 complete -c redlock-run -n '__fish_redlock_run_in list' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
 complete -c redlock-run -n '__fish_redlock_run_in list' -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l holder -x -d 'Break only the holder with this token (its REDLOCK_TOKEN; status --json shows it)'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l host -x -d 'Break only a holder on this host (as status shows it)'
+complete -c redlock-run -n '__fish_redlock_run_in break' -s y -l yes -d 'Break without asking (needed without --holder/--host when stdin is no terminal)'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
+complete -c redlock-run -n '__fish_redlock_run_in break' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
+complete -c redlock-run -n '__fish_redlock_run_in break' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l password-file -r -F -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l prefix -x -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l connect-timeout -x -d 'Bound on connecting to Redis (the whole start) and on each reply'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l tls-ca-cert -r -F -d 'TLS: trust the CA certificates in FILE (PEM) instead of the system\'s'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l tls-cert -r -F -d 'TLS: present the client certificate in FILE (PEM); needs --tls-key'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
+complete -c redlock-run -n '__fish_redlock_run_in break' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
+complete -c redlock-run -n '__fish_redlock_run_in break' -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l for -x -d 'How long the pause lasts at most (it always expires; resume ends it earlier)'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l reason -x -d 'Why: shown in the busy message of every run held off, and by status (one line, up to 200 characters)'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l password-file -r -F -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l prefix -x -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l connect-timeout -x -d 'Bound on connecting to Redis (the whole start) and on each reply'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l tls-ca-cert -r -F -d 'TLS: trust the CA certificates in FILE (PEM) instead of the system\'s'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l tls-cert -r -F -d 'TLS: present the client certificate in FILE (PEM); needs --tls-key'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
+complete -c redlock-run -n '__fish_redlock_run_in pause' -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -l config -r -F -d 'Read settings from FILE (TOML: the long option names; defaults at the top, a lock\'s own in a [lock."KEY"] section); flags and REDLOCK_* variables win over it. An empty FILE reads none [default: /etc/redlock-run.toml if it exists]'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -s k -l key -x -d 'Lock name; the Redis key is PREFIX + KEY'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -s r -l redis -x -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://, unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db]; redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes). Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS): Redlock, one lock over independent masters'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -l quorum -x -d 'Redlock: how many of the --redis masters must grant and renew the lock [default: more than half]'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -l password-file -r -F -d 'Read the Redis password from FILE (keeps it out of ps); wins over the URL\'s'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -l prefix -x -d 'Prefix of the Redis key; \'\' uses KEY as it is (to share a lock with other SET NX clients)'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -l connect-timeout -x -d 'Bound on connecting to Redis (the whole start) and on each reply'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -l tls-ca-cert -r -F -d 'TLS: trust the CA certificates in FILE (PEM) instead of the system\'s'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -l tls-cert -r -F -d 'TLS: present the client certificate in FILE (PEM); needs --tls-key'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -l tls-key -r -F -d 'TLS: the private key (PEM) of --tls-cert'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -l log-format -x -a 'text\\t\'One "redlock-run: ..." line a message\' json\\t\'One JSON object a line\'' -d 'Format of the messages on stderr'
+complete -c redlock-run -n '__fish_redlock_run_in resume' -s h -l help -d 'Print help (see more with \'--help\')'

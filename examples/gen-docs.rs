@@ -835,9 +835,14 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
         ".PP\nIt takes the options of STATUS that name the lock (\\fB\\-\\-key\\fR, \\fB\\-\\-redis\\fR, \\fB\\-\\-prefix\\fR, ...), and no others."
     )?;
 
+    // The other commands: the options they share with the run (as described under
+    // OPTIONS), and their own.
     for (name, usage) in [
         ("acquire", cli::ACQUIRE_USAGE),
         ("release", cli::RELEASE_USAGE),
+        ("break", cli::BREAK_USAGE),
+        ("pause", cli::PAUSE_USAGE),
+        ("resume", cli::RESUME_USAGE),
     ] {
         let sub = cmd
             .find_subcommand(name)
@@ -857,12 +862,20 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
             .filter_map(|a| a.get_long())
             .map(|l| format!("\\fB\\-\\-{}\\fR", escape(l)))
             .collect();
-        writeln!(
-            w,
-            ".PP\nIt takes these options as described under OPTIONS: {}; and its own:",
-            shared.join(", ")
-        )?;
-        write_option_entries(w, &own)?;
+        if own.is_empty() {
+            writeln!(
+                w,
+                ".PP\nIt takes these options as described under OPTIONS: {}; and no others.",
+                shared.join(", ")
+            )?;
+        } else {
+            writeln!(
+                w,
+                ".PP\nIt takes these options as described under OPTIONS: {}; and its own:",
+                shared.join(", ")
+            )?;
+            write_option_entries(w, &own)?;
+        }
     }
     write_reading_section(w, &cmd, "list", cli::LIST_USAGE)?;
 

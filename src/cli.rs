@@ -23,7 +23,10 @@ redlock-run [OPTIONS] --key <KEY> -- <COMMAND> [ARGS]...
        redlock-run forget [OPTIONS] --key <KEY>
        redlock-run acquire [OPTIONS] --key <KEY> [--max-hold <DUR>] [--github] [--dotenv <FILE>]
        redlock-run release [OPTIONS] --key <KEY> [--token <TOKEN>]
-       redlock-run list [OPTIONS] [--name-prefix <NAME>] [--json]";
+       redlock-run list [OPTIONS] [--name-prefix <NAME>] [--json]
+       redlock-run break [OPTIONS] --key <KEY> [--holder <TOKEN> | --host <HOST>] [--yes]
+       redlock-run pause [OPTIONS] --key <KEY> --for <DUR> --reason <TEXT>
+       redlock-run resume [OPTIONS] --key <KEY>";
 
 /// The usage line of `acquire --help`.
 pub const ACQUIRE_USAGE: &str = "redlock-run acquire [OPTIONS] --key <KEY> [--max-hold <DUR>] \
@@ -32,13 +35,9 @@ pub const ACQUIRE_USAGE: &str = "redlock-run acquire [OPTIONS] --key <KEY> [--ma
 /// The usage line of `release --help`.
 pub const RELEASE_USAGE: &str = "redlock-run release [OPTIONS] --key <KEY> [--token <TOKEN>]";
 
-/// Exit code of `release` when there is nothing to release (no hold under that token, or it
-/// was released already).
-pub const EXIT_NOTHING: u8 = 3;
-
 /// Exit code of `release` when the lock is held by another token and no hold record says it
-/// was this token's: nothing was changed.
-pub const EXIT_NOT_YOURS: u8 = 4;
+/// was this token's: nothing was changed. The same code as `break`'s for a holder not named.
+pub const EXIT_NOT_YOURS: u8 = EXIT_NOT_THAT_HOLDER;
 
 /// `--max-hold`'s default: a keeper never renews a lock longer than this.
 pub const DEFAULT_MAX_HOLD: &str = "1h";
@@ -51,6 +50,23 @@ pub const FORGET_USAGE: &str = "redlock-run forget [OPTIONS] --key <KEY>";
 
 /// The usage line of `list --help`.
 pub const LIST_USAGE: &str = "redlock-run list [OPTIONS] [--name-prefix <NAME>] [--json]";
+
+/// The usage line of `break --help`.
+pub const BREAK_USAGE: &str =
+    "redlock-run break [OPTIONS] --key <KEY> [--holder <TOKEN> | --host <HOST>] [--yes]";
+
+/// The usage line of `pause --help`.
+pub const PAUSE_USAGE: &str = "redlock-run pause [OPTIONS] --key <KEY> --for <DUR> --reason <TEXT>";
+
+/// The usage line of `resume --help`.
+pub const RESUME_USAGE: &str = "redlock-run resume [OPTIONS] --key <KEY>";
+
+/// Exit code of an operator's command that found nothing to act on (a free lock, no pause,
+/// no hold to release).
+pub const EXIT_NOTHING: u8 = 3;
+
+/// Exit code of `break` when the lock is held, but not by the holder named.
+pub const EXIT_NOT_THAT_HOLDER: u8 = 4;
 
 /// Usage examples, shared by `--help` and the man page: (comment, command).
 pub const EXAMPLES: &[(&str, &str)] = &[
@@ -115,11 +131,12 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ("126 / 127", "command not executable / not found"),
     (
         "3",
-        "release: nothing to release (no hold under that token, or released already)",
+        "nothing there to act on (break: lock free; resume: not paused; release: no hold \
+         under that token, or released already)",
     ),
     (
         "4",
-        "release: the lock is held by another token; nothing was changed",
+        "break, release: held, but not by the holder or token named (nothing changed)",
     ),
     (
         "2",
@@ -228,6 +245,25 @@ pub enum Sub {
     /// reached.
     #[command(override_usage = LIST_USAGE)]
     List(ListArgs),
+    /// Take a lock away from its holder: only from the holder named (--holder, --host), or
+    /// shown and confirmed at a terminal (--yes without one).
+    ///
+    /// Atomic: the holder's token is compared and deleted in one step, so a holder that took
+    /// the lock in between is never touched. Raises the fence (the next grant's is above the
+    /// one printed), marks the token broken and records the run as broken; the old holder's
+    /// wrapper stops its command at its next renewal (exit 74). With --limit locks, breaks
+    /// one permit. Exits 0 broken, 3 the lock is free, 4 not held by the holder named, 2
+    /// usage (no terminal and no --yes), 69 Redis unreachable.
+    #[command(name = "break", override_usage = BREAK_USAGE)]
+    Break(BreakArgs),
+    /// Hold off new runs for a while: they are busy (exit 75) until resume or until the
+    /// pause expires; waiters keep their place; a running holder is not touched.
+    #[command(override_usage = PAUSE_USAGE)]
+    Pause(PauseArgs),
+    /// End a pause now and wake the first waiter. Exits 0, or 3 when the lock was not
+    /// paused.
+    #[command(override_usage = RESUME_USAGE)]
+    Resume(ResumeArgs),
 }
 
 /// `acquire`'s options: the lease and busy-lock options of a run, and where the hold goes.
@@ -297,6 +333,16 @@ pub struct AcquireArgs {
           value_parser = parse_switch, help_heading = "Output")]
     pub github: bool,
 
+    /// A note on the hold's holder record, shown by status (a ticket, a CI run URL): one line
+    /// of printable text, up to 200 characters.
+    #[arg(
+        long,
+        env = "REDLOCK_NOTE",
+        value_name = "TEXT",
+        help_heading = "Output"
+    )]
+    pub note: Option<String>,
+
     /// Also write the hold to FILE as a dotenv file (GitLab: artifacts:reports:dotenv).
     #[arg(
         long,
@@ -355,6 +401,51 @@ pub struct ListArgs {
           value_parser = parse_duration)]
     pub scan_time: Duration,
 }
+
+/// `break`'s own options.
+#[derive(Debug, Args)]
+pub struct BreakArgs {
+    /// Break only the holder with this token (its REDLOCK_TOKEN; status --json shows it).
+    #[arg(
+        long,
+        env = "REDLOCK_BREAK_HOLDER",
+        value_name = "TOKEN",
+        conflicts_with = "host"
+    )]
+    pub holder: Option<String>,
+
+    /// Break only a holder on this host (as status shows it).
+    #[arg(long, env = "REDLOCK_BREAK_HOST", value_name = "HOST")]
+    pub host: Option<String>,
+
+    /// Break without asking (needed without --holder/--host when stdin is no terminal).
+    #[arg(short, long, env = "REDLOCK_BREAK_YES", action = ArgAction::SetTrue,
+          value_parser = parse_switch)]
+    pub yes: bool,
+}
+
+/// `pause`'s own options.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// How long the pause lasts at most (it always expires; resume ends it earlier).
+    #[arg(long = "for", env = "REDLOCK_PAUSE_FOR", value_name = "DUR", required = true,
+          value_parser = parse_duration)]
+    pub length: Duration,
+
+    /// Why: shown in the busy message of every run held off, and by status (one line, up to
+    /// 200 characters).
+    #[arg(
+        long,
+        env = "REDLOCK_PAUSE_REASON",
+        value_name = "TEXT",
+        required = true
+    )]
+    pub reason: String,
+}
+
+/// `resume` has no options of its own.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {}
 
 /// `forget` has no options of its own: the lock is named by the global ones.
 #[derive(Debug, Args)]
@@ -581,6 +672,16 @@ pub struct RunArgs {
     #[arg(long, env = "REDLOCK_RECORD_ARGS", action = ArgAction::SetTrue,
           value_parser = parse_switch, help_heading = "Command")]
     pub record_args: bool,
+
+    /// A note on the holder record, shown by status (a ticket, a CI run URL): one line of
+    /// printable text, up to 200 characters.
+    #[arg(
+        long,
+        env = "REDLOCK_NOTE",
+        value_name = "TEXT",
+        help_heading = "Command"
+    )]
+    pub note: Option<String>,
 
     /// After every run, write its metrics for Prometheus to FILE (node_exporter textfile
     /// format, replaced atomically; several keys may share one file).

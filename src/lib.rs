@@ -13,6 +13,7 @@
 //!                  until `release` (release.rs); output.rs: eval, GitHub, dotenv
 //! list.rs          the `list` subcommand (every lock under a prefix, a row each)
 //! status.rs        the `status` and `forget` subcommands (the lock and its run record)
+//! operator.rs      the `break`, `pause` and `resume` subcommands (an operator's hands)
 //! process/         the command as processes: group, cgroup, whole tree, signals, terminal
 //! config/          flags, environment and the config file -> checked settings, before
 //!                  anything runs
@@ -40,6 +41,7 @@ mod lease;
 mod list;
 mod lock;
 mod observe;
+mod operator;
 mod period;
 mod process;
 mod report;
@@ -214,6 +216,43 @@ fn parse_and_run() -> End {
             }
             Err(e) => usage_error(&report, &e).code().into(),
         },
+        Some(sub @ (Sub::Break(_) | Sub::Pause(_) | Sub::Resume(_)))
+            if cli.run.shell.is_some() || !cli.run.command.is_empty() =>
+        {
+            let name = match sub {
+                Sub::Break(_) => "break",
+                Sub::Pause(_) => "pause",
+                _ => "resume",
+            };
+            report.error(
+                "usage",
+                format_args!(
+                    "error: {name} runs no command: drop -c, or put -- before a program named \
+                     {name}"
+                ),
+            );
+            exit::USAGE.into()
+        }
+        Some(sub @ (Sub::Break(_) | Sub::Pause(_) | Sub::Resume(_))) => {
+            match config::target_from_args(&cli.conn) {
+                Ok(target) => {
+                    let report = report.with_key(&target.key);
+                    warn_about(&target, &report);
+                    runtime
+                        .block_on(async {
+                            match sub {
+                                Sub::Break(args) => {
+                                    operator::break_lock(&target, args, &report).await
+                                }
+                                Sub::Pause(args) => operator::pause(&target, args, &report).await,
+                                _ => operator::resume(&target, &report).await,
+                            }
+                        })
+                        .into()
+                }
+                Err(e) => usage_error(&report, &e).code().into(),
+            }
+        }
         Some(Sub::Forget(_)) => match config::target_from_args(&cli.conn) {
             Ok(target) => {
                 let report = report.with_key(&target.key);

@@ -109,7 +109,20 @@ fn print_line(line: &str) -> io::Result<()> {
 }
 
 fn to_text(key: &str, s: &Status) -> String {
-    format!("{}{}", holder_text(key, s), queue_text(s))
+    format!("{}{}{}", holder_text(key, s), queue_text(s), pause_text(s))
+}
+
+/// `; paused by ops1 until 2026-12-05T03:00:00Z: deploy` while paused (`pause`).
+fn pause_text(s: &Status) -> String {
+    match &s.paused {
+        Some(p) => format!(
+            "; paused by {} until {}: {}",
+            p.by,
+            rfc3339_ms(p.until_ms),
+            p.reason
+        ),
+        None => String::new(),
+    }
 }
 
 /// `; 2 waiting, next: web2 pid 8` when runs queue for the lock (`--wait`).
@@ -174,6 +187,9 @@ fn holder_text(key: &str, s: &Status) -> String {
             humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(until))
         );
     }
+    if let Some(note) = &s.note {
+        let _ = write!(out, ", note: {note}");
+    }
     out
 }
 
@@ -217,6 +233,9 @@ fn permits_text(key: &str, limit: u32, s: &Status) -> String {
         }
         if let Some(cmd) = &p.command {
             details.push(format!("command: {cmd}"));
+        }
+        if let Some(note) = &p.note {
+            details.push(format!("note: {note}"));
         }
         let _ = write!(out, " ({})", details.join(", "));
     }
@@ -275,6 +294,9 @@ fn record_text(r: &RunRecord, now_ms: Option<u64>) -> String {
     if let Some(program) = &r.program {
         let _ = write!(out, ", program: {program}");
     }
+    if let Some(by) = &r.broken_by {
+        let _ = write!(out, ", broken by {by}");
+    }
     out
 }
 
@@ -318,6 +340,11 @@ pub struct StatusJson<'a> {
     max_hold_until_ms: Option<u64>,
     ttl_ms: Option<u64>,
     fence: Option<u64>,
+    /// The holder's token (`break --holder`) and `--note`.
+    token: Option<&'a str>,
+    note: Option<&'a str>,
+    /// A pause in force (`pause`), or `null`.
+    paused: Option<PausedJson<'a>>,
     /// Runs waiting in the queue (`--wait`), and the next one as `host pid`.
     queued: u64,
     queue_head: Option<&'a str>,
@@ -334,6 +361,20 @@ pub struct StatusJson<'a> {
     nodes: Vec<NodeJson<'a>>,
 }
 
+/// A pause in `status --json`.
+#[derive(Serialize)]
+struct PausedJson<'a> {
+    reason: &'a str,
+    host: &'a str,
+    since: Option<String>,
+    until: String,
+    until_ms: u64,
+}
+
+fn rfc3339_ms(ms: u64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
 /// One run record in `status --json`.
 #[derive(Serialize)]
 struct RecordJson<'a> {
@@ -348,6 +389,9 @@ struct RecordJson<'a> {
     signal: Option<i32>,
     outcome: &'a str,
     fence: Option<u64>,
+    /// Outcome `broken`: the host that broke the lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    broken_by: Option<&'a str>,
 }
 
 fn record_json(r: &RunRecord) -> RecordJson<'_> {
@@ -365,11 +409,14 @@ fn record_json(r: &RunRecord) -> RecordJson<'_> {
         signal: r.signal,
         outcome: &r.outcome,
         fence: r.fence,
+        broken_by: r.broken_by.as_deref(),
     }
 }
 
 #[derive(Serialize)]
 struct PermitJson<'a> {
+    token: &'a str,
+    note: Option<&'a str>,
     host: Option<&'a str>,
     pid: Option<u32>,
     command: Option<&'a str>,
@@ -406,6 +453,15 @@ pub fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
         max_hold_until_ms: keeper_deadline(s),
         ttl_ms: s.ttl_ms,
         fence: s.fence,
+        token: s.token.as_deref(),
+        note: s.note.as_deref(),
+        paused: s.paused.as_ref().map(|p| PausedJson {
+            reason: &p.reason,
+            host: &p.by,
+            since: (p.since_ms > 0).then(|| rfc3339_ms(p.since_ms)),
+            until: rfc3339_ms(p.until_ms),
+            until_ms: p.until_ms,
+        }),
         queued: s.queued,
         queue_head: s.queue_head.as_deref(),
         limit: s.limit,
@@ -413,6 +469,8 @@ pub fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
             s.permits
                 .iter()
                 .map(|p| PermitJson {
+                    token: &p.token,
+                    note: p.note.as_deref(),
                     host: p.host.as_deref(),
                     pid: p.pid,
                     command: p.command.as_deref(),
@@ -446,6 +504,7 @@ mod tests {
             to_json("redlock:k", &Status::default()),
             "{\"held\":false,\"foreign\":false,\"key\":\"redlock:k\",\"host\":null,\"pid\":null,\
              \"command\":null,\"acquired_ms\":null,\"ttl_ms\":null,\"fence\":null,\
+             \"token\":null,\"note\":null,\"paused\":null,\
              \"queued\":0,\"queue_head\":null,\"last_run\":null,\"last_success\":null}"
         );
         assert_eq!(to_text("redlock:k", &Status::default()), "redlock:k: free");

@@ -245,16 +245,20 @@ impl Reader<'_> {
                      user can read and name that file with password-file",
                 ));
             }
-            "key" | "config" | "command" => {
+            "key" | "config" | "command" | "yes" | "holder" | "host" | "token" => {
                 return Err(self.error(
                     name,
                     key,
                     &format!(
                         "cannot be set in the config file (give --{key} on the command line{})",
-                        if key == "key" {
-                            "; a lock's own settings go in a [lock.\"NAME\"] section"
-                        } else {
-                            ""
+                        match key {
+                            "key" => "; a lock's own settings go in a [lock.\"NAME\"] section",
+                            // A standing answer or target would take a lock away, or release
+                            // one, without anyone naming it at the time.
+                            "yes" | "holder" | "host" | "token" => {
+                                ": it names what one break or release acts on, never a default"
+                            }
+                            _ => "",
                         }
                     ),
                 ));

@@ -28,9 +28,10 @@ pub enum CliError {
 }
 
 /// Options that are not settings: the lock name picks the section, the file cannot name
-/// itself, and a command is not a default. (`help` and `version` are not in an unbuilt
+/// itself, a command is not a default, and what one `break` or `release` acts on (its
+/// confirmation, holder, host, token) is named at the time, never by a file. (`help` and `version` are not in an unbuilt
 /// command.)
-const NOT_IN_FILE: &[&str] = &["key", "config", "command"];
+const NOT_IN_FILE: &[&str] = &["key", "config", "command", "yes", "holder", "host", "token"];
 
 /// Parse `args` (the first is the program name) with the config file beneath them.
 pub fn parse(args: Vec<OsString>) -> Result<Cli, CliError> {

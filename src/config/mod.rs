@@ -75,6 +75,8 @@ pub struct RunConfig {
     pub done_exit_code: u8,
     /// `--metrics-file`, `--ping`, `--ping-output` (checked in `observe`).
     pub observe: crate::observe::Settings,
+    /// `--note`: shown by `status` with the holder (checked by `one_line_text`).
+    pub note: Option<String>,
 }
 
 /// `--once-per PERIOD` in `--timezone`.
@@ -369,6 +371,10 @@ impl RunConfig {
             once_per,
             done_exit_code: run.done_exit_code.unwrap_or(0),
             observe,
+            note: match &run.note {
+                Some(note) => Some(one_line_text("--note", note)?.to_owned()),
+                None => None,
+            },
         })
     }
 }
@@ -440,6 +446,7 @@ impl AcquireConfig {
             replica_timeout: args.replica_timeout,
             shell: None,
             record_args: false,
+            note: args.note.clone(),
             metrics_file: None,
             ping: None,
             ping_output: None,
@@ -489,6 +496,27 @@ impl ReleaseConfig {
         }
         Ok(ReleaseConfig { target, token })
     }
+}
+
+/// The longest `--note` or `pause --reason`, in characters.
+pub const TEXT_MOST: usize = 200;
+
+/// A free text stored in Redis and shown by `status` (`--note`, `pause --reason`): one line
+/// of printable characters, at most [`TEXT_MOST`], leading and trailing blanks trimmed.
+pub fn one_line_text<'a>(flag: &str, text: &'a str) -> Result<&'a str, UsageError> {
+    let text = text.trim();
+    if text.chars().any(char::is_control) {
+        return Err(usage(format!(
+            "{flag} must be one line of printable text (it holds a control character)"
+        )));
+    }
+    let n = text.chars().count();
+    if n > TEXT_MOST {
+        return Err(usage(format!(
+            "{flag} is {n} characters long; at most {TEXT_MOST} are kept"
+        )));
+    }
+    Ok(text)
 }
 
 /// A run started by the command of another run (a nested run). That outer run gave its

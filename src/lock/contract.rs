@@ -114,6 +114,61 @@ pub trait Lock {
     /// A waiter that gives up leaves the queue now (best effort, within `within`): a place
     /// left behind would make the others wait until it expires.
     async fn leave_queue(&self, holder: &HolderInfo, within: Duration);
+
+    /// `break`: take the lock (or, with `--limit`, one permit) away from the holder whose
+    /// token is `token`, and from no other, in one atomic step per server: raise the fence,
+    /// leave a broken mark for `token` (read by its renewal: [`Renewal::Lost`]) naming
+    /// `by`, and write the run record's last run as `broken`. Within `within`.
+    async fn break_holder(
+        &self,
+        token: &str,
+        by: &str,
+        within: Duration,
+    ) -> Result<BreakOutcome, RedisFailure>;
+
+    /// `pause`: new runs are busy for `length` (or until `resume`); holders are not touched
+    /// and waiters keep their places. Returns when it ends (ms, server clock).
+    async fn pause(
+        &self,
+        reason: &str,
+        by: &str,
+        length: Duration,
+        within: Duration,
+    ) -> Result<u64, RedisFailure>;
+
+    /// `resume`: end a pause now and wake the queue's head. `false`: there was none.
+    async fn resume(&self, within: Duration) -> Result<bool, RedisFailure>;
+}
+
+/// What `break` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakOutcome {
+    /// Taken away; the next grant's fence is above `fence`.
+    Broken { fence: u64 },
+    /// The lock (or permit) holds another token now: nothing was changed.
+    HeldByOther,
+    /// Nobody holds the lock.
+    Free,
+}
+
+/// Who broke a lock (`break`), and when: what a holder that lost its lock to a break is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broken {
+    /// The host `break` ran on.
+    pub by: String,
+    /// When, in ms since 1970 on the server's clock.
+    pub at_ms: u64,
+}
+
+/// A pause in force (`pause`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Paused {
+    pub reason: String,
+    /// The host `pause` ran on.
+    pub by: String,
+    /// When it began (0 when unknown) and when it ends, ms since 1970 (server clock).
+    pub since_ms: u64,
+    pub until_ms: u64,
 }
 
 /// `--min-replicas`: how many replicas must acknowledge each acquire and renewal, and how long
@@ -155,12 +210,13 @@ pub struct Grant {
 }
 
 /// The outcome of one renewal that got an answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Renewal {
     /// Extended; the new lease counts from `counted_from`.
     Renewed { counted_from: Stamp },
-    /// The token is gone: someone else may hold the lock. Final.
-    Lost,
+    /// The token is gone: someone else may hold the lock. Final. `Some` when an operator's
+    /// `break` took it: by whom and when.
+    Lost(Option<Broken>),
 }
 
 /// What is known about the current holder of a busy lock.
@@ -180,6 +236,8 @@ pub struct Holder {
     pub pid: Option<u32>,
     /// When the holder acquired it (ms since the epoch, server clock).
     pub acquired_ms: Option<u64>,
+    /// The lock is paused (`pause`): new runs are busy until it ends.
+    pub paused: Option<Paused>,
 }
 
 /// What `release` found.
@@ -201,6 +259,13 @@ pub struct Status {
     pub held: bool,
     /// The lock is held by a value that is not a redlock-run token with holder info.
     pub foreign: bool,
+    /// The holder's token (`break --holder`); `None` when free.
+    pub token: Option<String>,
+    /// The holder's `--note`.
+    pub note: Option<String>,
+    /// A pause in force (`pause`); on Redlock, when enough nodes are paused to keep any
+    /// quorum from granting.
+    pub paused: Option<Paused>,
     pub ttl_ms: Option<u64>,
     pub host: Option<String>,
     pub pid: Option<u32>,
@@ -274,9 +339,13 @@ pub struct NodeStatus {
 /// One holder of a `--limit` lock.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Permit {
+    /// The permit's token (`break --holder`).
+    pub token: String,
     pub host: Option<String>,
     pub pid: Option<u32>,
     pub command: Option<String>,
+    /// The holder's `--note`.
+    pub note: Option<String>,
     pub acquired_ms: Option<u64>,
     pub fence: Option<u64>,
     pub ttl_ms: u64,
@@ -288,6 +357,8 @@ pub struct HolderInfo {
     pub host: String,
     pub pid: u32,
     pub command: String,
+    /// `--note`: free text shown by `status` ('' for none).
+    pub note: String,
     /// A run that waits (`--wait` above 0) takes the lock in arrival order, with this place
     /// in the queue. `None`: the run does not wait and never queues.
     pub waiter: Option<Waiter>,

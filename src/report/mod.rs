@@ -4,5 +4,5 @@
 mod reporter;
 mod sink;
 
-pub use reporter::{Reporter, RunFields, one_line};
+pub use reporter::{PauseFields, Reporter, RunFields, one_line};
 pub use sink::drain;

@@ -35,7 +35,19 @@ struct JsonLine<'a> {
     /// The `finished` event's numbers.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     run: Option<&'a RunFields>,
+    /// The `busy` event of a paused lock: the pause's reason, who paused it, until when.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pause: Option<&'a PauseFields>,
     message: &'a str,
+}
+
+/// What a `busy` event adds in JSON while the lock is paused (`pause`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PauseFields {
+    pub paused_reason: String,
+    pub paused_by: String,
+    /// RFC 3339, server clock.
+    pub paused_until: String,
 }
 
 /// What the `finished` event adds for a log pipeline: how the run ended, its exit code, how
@@ -114,9 +126,19 @@ impl Reporter {
 
     /// The lock stayed busy: a warning (for cron it is the expected outcome on all hosts but
     /// one, not a failure), silent under --quiet.
-    pub fn busy(&self, msg: impl Display) {
+    /// `pause`: the pause that made it busy, as JSON fields.
+    pub fn busy(&self, msg: impl Display, pause: Option<&PauseFields>) {
+        if self.quiet {
+            return;
+        }
+        self.emit_with(Level::Warn, "busy", &msg.to_string(), pause);
+    }
+
+    /// An operator's command (`break`, `pause`, `resume`, `release`) did what was asked: one
+    /// line, silent under --quiet.
+    pub fn done(&self, event: &str, msg: impl Display) {
         if !self.quiet {
-            self.emit(Level::Warn, "busy", &msg.to_string());
+            self.emit(Level::Info, event, &msg.to_string());
         }
     }
 
@@ -127,22 +149,19 @@ impl Reporter {
         }
     }
 
-    /// What an operator command did (`release`: released): one line, silent under --quiet.
-    pub fn done(&self, event: &str, msg: impl Display) {
-        if !self.quiet {
-            self.emit(Level::Info, event, &msg.to_string());
-        }
-    }
-
     /// The end of a run, with its numbers (`RunFields`) in JSON. Only with --verbose.
     pub fn finished(&self, msg: impl Display, fields: &RunFields) {
         if self.verbose {
             self.waiting_done();
             let line = match self.format {
                 LogFormat::Text => format!("redlock-run: {}\n", one_line(&msg.to_string())),
-                LogFormat::Json => {
-                    self.json_line_with(Level::Info, "finished", &msg.to_string(), Some(fields))
-                }
+                LogFormat::Json => self.json_line_with(
+                    Level::Info,
+                    "finished",
+                    &msg.to_string(),
+                    Some(fields),
+                    None,
+                ),
             };
             sink::send(line.into_bytes());
         }
@@ -190,6 +209,10 @@ impl Reporter {
     }
 
     fn emit(&self, level: Level, event: &str, msg: &str) {
+        self.emit_with(level, event, msg, None);
+    }
+
+    fn emit_with(&self, level: Level, event: &str, msg: &str, pause: Option<&PauseFields>) {
         self.waiting_done();
         // Lines that a blocked stderr made us drop are counted, and said as soon as there is
         // room again (see sink.rs).
@@ -200,7 +223,11 @@ impl Reporter {
                 sink::send(self.line(Level::Warn, "dropped", &notice).into_bytes());
             }
         }
-        sink::send(self.line(level, event, msg).into_bytes());
+        let line = match self.format {
+            LogFormat::Text => format!("redlock-run: {}\n", one_line(msg)),
+            LogFormat::Json => self.json_line_with(level, event, msg, None, pause),
+        };
+        sink::send(line.into_bytes());
     }
 
     fn line(&self, level: Level, event: &str, msg: &str) -> String {
@@ -211,7 +238,7 @@ impl Reporter {
     }
 
     fn json_line(&self, level: Level, event: &str, msg: &str) -> String {
-        self.json_line_with(level, event, msg, None)
+        self.json_line_with(level, event, msg, None, None)
     }
 
     fn json_line_with(
@@ -220,6 +247,7 @@ impl Reporter {
         event: &str,
         msg: &str,
         run: Option<&RunFields>,
+        pause: Option<&PauseFields>,
     ) -> String {
         let line = JsonLine {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
@@ -228,6 +256,7 @@ impl Reporter {
             key: self.key.as_deref(),
             pid: std::process::id(),
             run,
+            pause,
             message: msg,
         };
         // Cannot fail: plain fields, no maps with non-string keys.

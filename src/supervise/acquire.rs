@@ -8,6 +8,7 @@ use crate::exit::Ending;
 use crate::lease::{Lease, Stamp};
 use crate::lock::{Attempt, Holder, HolderInfo, Lock, ReleaseNotices, ReplicaAck, Token, Waiter};
 use crate::process::Signals;
+use crate::report::PauseFields;
 
 use super::backoff::Backoff;
 use super::messages::{busy_message, show_secs, wait_started_message, waiting_message};
@@ -77,6 +78,7 @@ impl<'a, L: Lock> Acquirer<'a, L> {
             host,
             pid,
             command: cfg.command.display.clone(),
+            note: cfg.note.clone().unwrap_or_default(),
         };
         Acquirer { run, holder, start }
     }
@@ -173,7 +175,18 @@ impl<'a, L: Lock> Acquirer<'a, L> {
                 }
                 Ok(Attempt::Busy(holder)) => {
                     let Some(left) = left else {
-                        report.busy(busy_message(named(&holder), &holder, cfg.wait));
+                        let pause = holder.paused.as_ref().map(|p| PauseFields {
+                            paused_reason: p.reason.clone(),
+                            paused_by: p.by.clone(),
+                            paused_until: humantime::format_rfc3339_seconds(
+                                std::time::UNIX_EPOCH + Duration::from_millis(p.until_ms),
+                            )
+                            .to_string(),
+                        });
+                        report.busy(
+                            busy_message(named(&holder), &holder, cfg.wait),
+                            pause.as_ref(),
+                        );
                         break Err(Ending::Busy(cfg.conflict_exit_code));
                     };
                     report.waiting(waiting_message(

@@ -335,7 +335,7 @@ impl<'a, L: Lock> Run<'a, L> {
                     }
                 }
                 reply = keeper.reply(), if keeper.renewing() => {
-                    if keeper.on_reply(reply, report) == Some(LeaseEnd::Lost) {
+                    if matches!(keeper.on_reply(reply, report), Some(LeaseEnd::Lost(_))) {
                         stopper.terminate(job, Stamp::now().checked_add(cfg.grace));
                     }
                 }

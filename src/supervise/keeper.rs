@@ -227,12 +227,12 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
                 }
                 None
             }
-            Ok(Renewal::Lost) => {
-                if matches!(self.renewals, Renewals::Ended(LeaseEnd::Lost)) {
+            Ok(Renewal::Lost(broken)) => {
+                if matches!(self.renewals, Renewals::Ended(LeaseEnd::Lost(_))) {
                     return None;
                 }
-                self.renewals = Renewals::Ended(LeaseEnd::Lost);
-                Some(LeaseEnd::Lost)
+                self.renewals = Renewals::Ended(LeaseEnd::Lost(broken.clone()));
+                Some(LeaseEnd::Lost(broken))
             }
             Err(e) => {
                 let why = e.to_string();

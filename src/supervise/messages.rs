@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::cli::Wait;
 use crate::config::RunConfig;
 use crate::exit::Ending;
-use crate::lock::Holder;
+use crate::lock::{Holder, Paused};
 use crate::report::Reporter;
 
 use super::outcome::{LeaseEnd, Outcome, ReleaseResult, Under, exit_for};
@@ -53,7 +53,21 @@ pub(super) fn tell(
             ),
         ),
         Under::Ran {
-            lease: Some(LeaseEnd::Lost),
+            lease: Some(LeaseEnd::Lost(Some(broken))),
+            ..
+        } => report.error(
+            "lost",
+            format_args!(
+                "lock {key} was broken by {} at {} (redlock-run break); the command was \
+                 stopped",
+                broken.by,
+                humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + Duration::from_millis(broken.at_ms)
+                )
+            ),
+        ),
+        Under::Ran {
+            lease: Some(LeaseEnd::Lost(None)),
             ..
         } => report.error(
             "lost",
@@ -87,6 +101,11 @@ pub(super) fn tell(
 
 pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) -> String {
     let who = match (&holder.host, holder.pid) {
+        _ if holder.paused.is_some() => format!(
+            " ({}{})",
+            holder.paused.as_ref().map(paused_text).unwrap_or_default(),
+            place(holder)
+        ),
         (Some(host), Some(pid)) => format!(" (held by {host} pid {pid}{})", place(holder)),
         _ if holder.place > 0 => format!(" ({})", &place(holder)[2..]),
         _ => String::new(),
@@ -121,6 +140,13 @@ pub(super) fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> St
         Wait::Forever => "with no limit".to_owned(),
         Wait::For(d) => format!("up to {}", show(d)),
     };
+    if let Some(p) = &holder.paused {
+        return format!(
+            "lock {key} is {}{}; waiting {limit}",
+            paused_text(p),
+            place(holder)
+        );
+    }
     if holder.free {
         return format!(
             "lock {key} is free, but {} queued earlier{}; waiting {limit}",
@@ -159,7 +185,32 @@ fn waiters(n: u64) -> String {
     format!("{n} waiter{}", if n == 1 { "" } else { "s" })
 }
 
+/// `paused by ops1 until 2026-12-05T03:00:00Z: deploy`
+fn paused_text(p: &Paused) -> String {
+    let until = std::time::UNIX_EPOCH + Duration::from_millis(p.until_ms);
+    format!(
+        "paused by {} until {}: {}",
+        p.by,
+        humantime::format_rfc3339_seconds(until),
+        p.reason
+    )
+}
+
 pub(super) fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
+    if let Some(p) = &holder.paused {
+        let waited = match wait {
+            Wait::For(d) if !d.is_zero() => format!(" (after waiting {})", show(d)),
+            _ => String::new(),
+        };
+        let held = match (&holder.host, holder.pid) {
+            (Some(host), Some(pid)) if !holder.free => format!(", and held by {host} pid {pid}"),
+            _ => String::new(),
+        };
+        return format!(
+            "lock {key} is busy: {}{held}{waited}; new runs wait until resume or the pause ends",
+            paused_text(p)
+        );
+    }
     if holder.free {
         return format!(
             "lock {key} is busy: free, but {} queued for it (--wait) ahead of this run",
@@ -196,6 +247,35 @@ pub(super) fn show_ms(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_paused_lock_says_why_who_and_until_when() {
+        let paused = Holder {
+            free: true,
+            paused: Some(Paused {
+                reason: "deploy freeze".into(),
+                by: "ops1".into(),
+                since_ms: 0,
+                until_ms: 1_796_235_611_000,
+            }),
+            ..Holder::default()
+        };
+        assert_eq!(
+            busy_message("k", &paused, Wait::For(Duration::ZERO)),
+            "lock k is busy: paused by ops1 until 2026-12-02T18:20:11Z: deploy freeze; new runs \
+             wait until resume or the pause ends"
+        );
+        let held = Holder {
+            free: false,
+            host: Some("web1".into()),
+            pid: Some(7),
+            ..paused.clone()
+        };
+        assert!(
+            busy_message("k", &held, Wait::For(Duration::ZERO))
+                .contains(", and held by web1 pid 7"),
+        );
+    }
 
     #[test]
     fn busy_message_names_key_holder_and_ttl() {

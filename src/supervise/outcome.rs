@@ -1,6 +1,7 @@
 //! How a run went ([`Outcome`]), and the exit code that follows from it alone ([`exit_for`]).
 
 use crate::exit::{ChildEnd, Ending};
+use crate::lock::Broken;
 
 /// How a run went, before an exit code is chosen. Built once, reported once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +44,9 @@ impl Under {
 /// Why the lease could not be kept while the command ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseEnd {
-    /// A renewal found the token gone: someone else may hold the lock now.
-    Lost,
+    /// A renewal found the token gone: someone else may hold the lock now. `Some`: an
+    /// operator's `break` took it (who, when).
+    Lost(Option<Broken>),
     /// No renewal was confirmed in time; carries the last error.
     Unconfirmed(String),
 }
@@ -133,7 +135,10 @@ mod tests {
 
     #[test]
     fn a_lost_lease_is_74_whatever_the_command_did() {
-        for lease in [LeaseEnd::Lost, LeaseEnd::Unconfirmed("timeout".into())] {
+        for lease in [
+            LeaseEnd::Lost(None),
+            LeaseEnd::Unconfirmed("timeout".into()),
+        ] {
             let under = Under::Ran {
                 end: Some(ChildEnd::Exited(0)),
                 lease: Some(lease),

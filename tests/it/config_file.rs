@@ -224,6 +224,22 @@ fn errors_name_the_file_line_and_name() {
             "found an array",
         ),
         ("key", "key = \"job\"\n", 1, "key", "[lock.\"NAME\"]"),
+        // A standing `break --yes` (or holder, host, token) would act without anyone naming
+        // what it acts on.
+        (
+            "yes",
+            "[lock.\"job\"]\nyes = true\n",
+            2,
+            "yes",
+            "never a default",
+        ),
+        (
+            "holder",
+            "\nholder = \"t\"\n",
+            2,
+            "holder",
+            "never a default",
+        ),
         ("url", "\n\nredis = \"http://h\"\n", 3, "redis", "http://h"),
     ];
     for (name, text, line, setting, what) in cases {

@@ -114,6 +114,7 @@ mod multi_step;
 mod network;
 mod observe;
 mod once_per_faults;
+mod operator;
 mod options;
 mod proxy;
 mod queue;

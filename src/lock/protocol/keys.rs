@@ -36,6 +36,8 @@ pub const COMPANIONS: &[&str] = &[
     "last-run",
     "last-success",
     "holds",
+    "pause",
+    "broken",
 ];
 
 /// The Redis keys of one lock.
@@ -70,6 +72,12 @@ pub struct Keys {
     /// Holds that span several CI steps (`acquire` ... `release`): one record per token (a
     /// hash, field = token), see `hold.rs`; kept for the hold's --max-hold plus its retention.
     pub holds: String,
+    /// `pause`: why, by whom and until when new runs are held off (a hash), expiring when
+    /// the pause ends.
+    pub pause: String,
+    /// `break`: which tokens were taken away, by whom and when (a hash: token -> `host TAB
+    /// ms`), so that the holder's next renewal can say so; kept for `BROKEN_KEEP`.
+    pub broken: String,
 }
 
 /// Why a lock name cannot be used.
@@ -115,6 +123,8 @@ impl Keys {
             last_run: companion("last-run"),
             last_success: companion("last-success"),
             holds: companion("holds"),
+            pause: companion("pause"),
+            broken: companion("broken"),
         })
     }
 }
@@ -175,7 +185,7 @@ mod tests {
 
     /// The part of a key Redis Cluster hashes: the tag if there is one, else the whole key.
     /// The lock key and every companion.
-    fn all(k: &Keys) -> [&String; 12] {
+    fn all(k: &Keys) -> [&String; 14] {
         [
             &k.lock,
             &k.fence,
@@ -189,6 +199,8 @@ mod tests {
             &k.last_run,
             &k.last_success,
             &k.holds,
+            &k.pause,
+            &k.broken,
         ]
     }
 

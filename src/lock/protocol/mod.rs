@@ -44,6 +44,7 @@ pub mod hold;
 pub mod keys;
 pub mod listing;
 pub mod mutex;
+pub mod operator;
 pub mod record;
 mod script;
 pub mod semaphore;
@@ -117,6 +118,21 @@ impl Protocol {
             Protocol::Mutex(m) => m.cancel(token),
             Protocol::Semaphore(s) => s.cancel(token),
         }
+    }
+
+    /// `break` of the holder (or permit) with `token` (operator.rs; either layout).
+    pub fn break_holder(&self, token: &str, by: &str) -> ScriptCall {
+        operator::break_holder(self.keys(), token, by)
+    }
+
+    /// `pause` for `length`.
+    pub fn pause(&self, reason: &str, by: &str, length: Duration) -> ScriptCall {
+        operator::pause(self.keys(), reason, by, length)
+    }
+
+    /// `resume`.
+    pub fn resume(&self) -> ScriptCall {
+        operator::resume(self.keys())
     }
 
     /// Leave the waiters' queue (the same queue for both).

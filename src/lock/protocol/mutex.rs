@@ -13,9 +13,10 @@ use std::time::Duration;
 use redis::Value;
 
 use super::keys::{BadName, Keys};
+use super::operator::{parse_mark, paused_from};
 use super::record::{self, Finished};
 use super::script::{Lua, ScriptCall};
-use crate::lock::{Holder, HolderInfo, Released, Waiter};
+use crate::lock::{Broken, Holder, HolderInfo, Released, Waiter};
 
 static ACQUIRE: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
@@ -29,6 +30,7 @@ static KEEP_PLACE: Lua = Lua::new(concat!(
 ));
 static RENEW: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
+    include_str!("scripts/lost.lua"),
     include_str!("scripts/renew.lua")
 ));
 static RELEASE: Lua = Lua::new(concat!(
@@ -59,7 +61,7 @@ pub(super) const CANCEL_KEEP: Duration = Duration::from_secs(10 * 60);
 /// How long the fence counter outlives the last acquisition. Losing it is harmless (the
 /// server clock carries the fence on, see acquire.lua); keeping it forever would leave one key
 /// behind for every lock name ever used.
-const FENCE_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(super) const FENCE_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// What one acquire script found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +98,15 @@ impl Mutex {
             &k.queue_expiry,
         ];
         ScriptCall::new(&ACQUIRE, &k.lock, &names, acquire_args(token, ttl, holder))
-            .needing_moved(&names)
+            .then(vec![k.pause.clone(), holder.note.clone()])
+            .needing_moved(&[
+                &k.fence,
+                &k.holder,
+                &k.cancelled,
+                &k.queue,
+                &k.queue_expiry,
+                &k.pause,
+            ])
     }
 
     pub fn renew(&self, token: &str, ttl: Duration) -> ScriptCall {
@@ -107,6 +117,8 @@ impl Mutex {
             &[&k.holder],
             vec![token.to_owned(), millis(ttl).to_string()],
         )
+        // The broken marks, read when the token is gone (lost.lua).
+        .then(vec![k.broken.clone()])
         // Inside the lease: never EVALSHA, NOSCRIPT, EVAL in series.
         .in_full()
     }
@@ -261,6 +273,12 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
                 Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
                 _ => 0,
             };
+            let pause_field = |name: &str| {
+                let i = ["reason", "host", "until_ms"]
+                    .iter()
+                    .position(|n| *n == name)?;
+                items.get(7 + i).and_then(text)
+            };
             Some(AcquireReply::Busy(Holder {
                 ttl_ms: u64::try_from(pttl).ok(),
                 free: pttl == -2,
@@ -269,17 +287,29 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
                 acquired_ms,
                 queued: count(5),
                 place: count(6),
+                paused: paused_from(pause_field),
             }))
         }
         _ => None,
     }
 }
 
-/// 1 renewed, 0 the token is gone. `Some(true)` when renewed.
-pub fn parse_renew(reply: &Value) -> Option<bool> {
+/// What a renewal script answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenewReply {
+    Renewed,
+    /// The token is gone; `Some` when a `break` took it (lost.lua).
+    Lost(Option<Broken>),
+}
+
+/// 1 renewed; 0, or `{0, mark}` after a `break`, the token is gone.
+pub fn parse_renew(reply: &Value) -> Option<RenewReply> {
     match reply {
-        Value::Int(1) => Some(true),
-        Value::Int(0) => Some(false),
+        Value::Int(1) => Some(RenewReply::Renewed),
+        Value::Int(0) => Some(RenewReply::Lost(None)),
+        Value::Array(items) if items.first() == Some(&Value::Int(0)) => Some(RenewReply::Lost(
+            items.get(1).and_then(text).as_deref().and_then(parse_mark),
+        )),
         _ => None,
     }
 }
@@ -291,7 +321,11 @@ pub fn is_cancelled(reply: &Value) -> bool {
 
 /// 1 the counter was raised (the token was there), 0 the token is gone.
 pub fn parse_raise_fence(reply: &Value) -> Option<bool> {
-    parse_renew(reply)
+    match reply {
+        Value::Int(1) => Some(true),
+        Value::Int(0) => Some(false),
+        _ => None,
+    }
 }
 
 /// 1 released, 0 held by another value, -1 already gone.
@@ -379,8 +413,16 @@ mod tests {
         assert_eq!(parse_release(&Value::Int(0)), Some(Released::HeldByOther));
         assert_eq!(parse_release(&Value::Int(-1)), Some(Released::Gone));
         assert_eq!(parse_release(&Value::Int(7)), None);
-        assert_eq!(parse_renew(&Value::Int(1)), Some(true));
-        assert_eq!(parse_renew(&Value::Int(0)), Some(false));
+        assert_eq!(parse_renew(&Value::Int(1)), Some(RenewReply::Renewed));
+        assert_eq!(parse_renew(&Value::Int(0)), Some(RenewReply::Lost(None)));
+        let broken = Value::Array(vec![Value::Int(0), bulk("ops1\t1796235611000")]);
+        assert_eq!(
+            parse_renew(&broken),
+            Some(RenewReply::Lost(Some(Broken {
+                by: "ops1".into(),
+                at_ms: 1796235611000
+            })))
+        );
         assert_eq!(parse_renew(&Value::Nil), None);
     }
 

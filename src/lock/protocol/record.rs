@@ -84,6 +84,8 @@ pub struct RunRecord {
     pub signal: Option<i32>,
     pub outcome: String,
     pub fence: Option<u64>,
+    /// Outcome `broken`: the host that broke the lock (`break`, operator.rs).
+    pub broken_by: Option<String>,
 }
 
 impl RunRecord {
@@ -148,6 +150,9 @@ pub fn parse(pairs: &[(String, String)]) -> Option<RunRecord> {
         signal: field("signal").and_then(|s| s.parse().ok()),
         outcome: field("outcome").unwrap_or("unknown").to_owned(),
         fence: number("fence"),
+        broken_by: field("broken_by")
+            .filter(|b| !b.is_empty())
+            .map(str::to_owned),
     })
 }
 

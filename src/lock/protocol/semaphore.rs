@@ -24,6 +24,7 @@ static ACQUIRE: Lua = Lua::new(concat!(
 ));
 static RENEW: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
+    include_str!("scripts/lost.lua"),
     include_str!("scripts/semaphore/permits.lua"),
     include_str!("scripts/semaphore/renew.lua")
 ));
@@ -66,7 +67,10 @@ impl Semaphore {
         ];
         let mut args = acquire_args(token, ttl, holder);
         args.push(self.limit.to_string());
-        ScriptCall::new(&ACQUIRE, &k.lock, &names, args).needing_moved(&names)
+        ScriptCall::new(&ACQUIRE, &k.lock, &names, args)
+            // The pause key (after the limit): busy while paused; the note.
+            .then(vec![k.pause.clone(), holder.note.clone()])
+            .needing_moved(&[&names[..], &[k.pause.as_str()]].concat())
     }
 
     pub fn renew(&self, token: &str, ttl: Duration) -> ScriptCall {
@@ -82,6 +86,8 @@ impl Semaphore {
             ],
         )
         .creating()
+        // The broken marks, read when the token is gone (lost.lua).
+        .then(vec![k.broken.clone()])
         // Inside the lease: never EVALSHA, NOSCRIPT, EVAL in series.
         .in_full()
     }

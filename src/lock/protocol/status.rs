@@ -5,6 +5,7 @@ use redis::Value;
 
 use super::keys::Keys;
 use super::mutex::text;
+use super::operator::paused_from;
 use super::record::{self, Records};
 use crate::lock::{Permit, Status};
 
@@ -22,9 +23,10 @@ const LIMIT: usize = 9;
 const TIME: usize = 10;
 const LAST_RUN: usize = 11;
 const LAST_SUCCESS: usize = 12;
+const PAUSE: usize = 13;
 
 /// How many replies the reads of one lock take (`add_reads`).
-pub const REPLIES: usize = LAST_SUCCESS + 1;
+pub const REPLIES: usize = PAUSE + 1;
 
 /// The read-only pipeline. Replies that do not fit the key's type (GET on a sorted set) come
 /// back as error values and are ignored; see [`parse`].
@@ -55,6 +57,7 @@ pub fn add_reads(pipe: &mut redis::Pipeline, k: &Keys) {
     pipe.cmd("TIME");
     pipe.cmd("HGETALL").arg(&k.last_run);
     pipe.cmd("HGETALL").arg(&k.last_success);
+    pipe.cmd("HGETALL").arg(&k.pause);
 }
 
 /// The status in `replies`; `Err` with the error reply that matters (NOAUTH, WRONGTYPE of a
@@ -89,6 +92,13 @@ pub fn parse(replies: &[Value]) -> Result<Option<Status>, &Value> {
             .next()
             .map(|w| waiter_shown(&w));
         s.records = records(replies);
+        let pause = pairs(replies.get(PAUSE));
+        s.paused = paused_from(|name| {
+            pause
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        });
         s
     }))
 }
@@ -138,12 +148,16 @@ fn status_from(
             held: true,
             foreign: true,
             ttl_ms,
+            // Its value is the only name `break --holder` has for it.
+            token: Some(value),
             ..Status::default()
         };
     }
     Status {
         held: true,
         foreign: false,
+        note: field("note").filter(|n| !n.is_empty()),
+        token: Some(value),
         ttl_ms,
         host: field("host"),
         pid: field("pid").and_then(|p| p.parse().ok()),
@@ -176,12 +190,23 @@ fn semaphore(replies: &[Value]) -> Option<Status> {
             .map(|(_, i)| i.as_str());
         let mut fields = info.unwrap_or_default().splitn(5, '\t');
         let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
+        let (host, pid, acquired_ms, fence) = (next(), next(), next(), next());
+        // The command, and the note after it (semaphore/acquire.lua).
+        let (command, note) = match next() {
+            Some(rest) => match rest.split_once("\t\u{1f}") {
+                Some((cmd, note)) => (Some(cmd.to_owned()), Some(note.to_owned())),
+                None => (Some(rest), None),
+            },
+            None => (None, None),
+        };
         permits.push(Permit {
-            host: next(),
-            pid: next().and_then(|p| p.parse().ok()),
-            acquired_ms: next().and_then(|p| p.parse().ok()),
-            fence: next().and_then(|p| p.parse().ok()),
-            command: next(),
+            token: token.clone(),
+            host,
+            pid: pid.and_then(|p| p.parse().ok()),
+            acquired_ms: acquired_ms.and_then(|p| p.parse().ok()),
+            fence: fence.and_then(|p| p.parse().ok()),
+            command: command.filter(|c| !c.is_empty()),
+            note: note.filter(|n| !n.is_empty()),
             ttl_ms: ends - now_ms,
         });
     }
@@ -295,11 +320,13 @@ mod tests {
         assert_eq!(
             s.permits,
             vec![Permit {
+                token: "t2".into(),
                 host: Some("web1".into()),
                 pid: Some(7),
                 acquired_ms: Some(1000),
                 fence: Some(11),
                 command: Some("sleep 1".into()),
+                note: None,
                 ttl_ms: 7000,
             }]
         );

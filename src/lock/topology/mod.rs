@@ -30,9 +30,8 @@ use std::time::Duration;
 
 use crate::lock::target::{Endpoint, Target};
 use crate::lock::{
-    Attempt, Finished, HoldChange, HoldRecord, HolderInfo, ListQuery, Listing, Lock,
-    RedisFailure, ReleaseNotices,
-    Released, Renewal, ReplicaAck, Status, Token,
+    Attempt, BreakOutcome, Finished, HoldChange, HoldRecord, HolderInfo, ListQuery, Listing, Lock,
+    RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck, Status, Token,
 };
 use cluster::Cluster;
 use one_master::OneMaster;
@@ -141,5 +140,28 @@ impl Lock for Backend {
 
     async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure> {
         each!(self, b => b.list(query).await)
+    }
+
+    async fn break_holder(
+        &self,
+        token: &str,
+        by: &str,
+        within: Duration,
+    ) -> Result<BreakOutcome, RedisFailure> {
+        each!(self, b => b.break_holder(token, by, within).await)
+    }
+
+    async fn pause(
+        &self,
+        reason: &str,
+        by: &str,
+        length: Duration,
+        within: Duration,
+    ) -> Result<u64, RedisFailure> {
+        each!(self, b => b.pause(reason, by, length, within).await)
+    }
+
+    async fn resume(&self, within: Duration) -> Result<bool, RedisFailure> {
+        each!(self, b => b.resume(within).await)
     }
 }

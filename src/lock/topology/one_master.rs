@@ -26,13 +26,13 @@ use redis::{Pipeline, Value};
 use super::server::ScriptReply;
 use super::shared::{UNDO_AT_LEAST, read_status};
 use crate::lease::Stamp;
-use crate::lock::protocol::mutex::{self, AcquireReply};
+use crate::lock::protocol::mutex::{self, AcquireReply, RenewReply};
+use crate::lock::protocol::operator;
 use crate::lock::protocol::{Protocol, ScriptCall, hold};
 use crate::lock::target::Target;
 use crate::lock::{
-    Attempt, Finished, Grant, HoldChange, HoldRecord, Holder, HolderInfo, ListQuery, Listing,
-    Lock, RedisFailure,
-    ReleaseNotices, Released, Renewal, ReplicaAck, Status, Token,
+    Attempt, BreakOutcome, Finished, Grant, HoldChange, HoldRecord, Holder, HolderInfo, ListQuery,
+    Listing, Lock, RedisFailure, ReleaseNotices, Released, Renewal, ReplicaAck, Status, Token,
 };
 
 /// How calls reach the master that holds the lock's slot now, each within its bound. A route
@@ -237,11 +237,11 @@ impl<R: Route> Lock for OneMaster<R> {
             .script(&call, self.ack, "the renewal", within)
             .await?;
         match mutex::parse_renew(&answered.reply.value) {
-            Some(true) => {
+            Some(RenewReply::Renewed) => {
                 self.check_acks(&answered)?;
                 Ok(Renewal::Renewed { counted_from })
             }
-            Some(false) => Ok(Renewal::Lost),
+            Some(RenewReply::Lost(broken)) => Ok(Renewal::Lost(broken)),
             None => Err(unexpected(&answered, "the renewal")),
         }
     }
@@ -298,6 +298,35 @@ impl<R: Route> Lock for OneMaster<R> {
 
     async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure> {
         self.route.list(query).await
+    }
+
+    async fn break_holder(
+        &self,
+        token: &str,
+        by: &str,
+        within: Duration,
+    ) -> Result<BreakOutcome, RedisFailure> {
+        let call = self.protocol.break_holder(token, by);
+        let answered = self.route.script(&call, None, "break", within).await?;
+        operator::parse_break(&answered.reply.value).ok_or_else(|| unexpected(&answered, "break"))
+    }
+
+    async fn pause(
+        &self,
+        reason: &str,
+        by: &str,
+        length: Duration,
+        within: Duration,
+    ) -> Result<u64, RedisFailure> {
+        let call = self.protocol.pause(reason, by, length);
+        let answered = self.route.script(&call, None, "pause", within).await?;
+        operator::parse_pause(&answered.reply.value).ok_or_else(|| unexpected(&answered, "pause"))
+    }
+
+    async fn resume(&self, within: Duration) -> Result<bool, RedisFailure> {
+        let call = self.protocol.resume();
+        let answered = self.route.script(&call, None, "resume", within).await?;
+        operator::parse_resume(&answered.reply.value).ok_or_else(|| unexpected(&answered, "resume"))
     }
 
     async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {

@@ -49,13 +49,14 @@ use super::server::{ScriptReply, Server};
 use super::shared::{UNDO_AT_LEAST, named, read_status};
 use super::survey::{self, Scanned};
 use crate::lease::{self, Stamp};
-use crate::lock::protocol::mutex::{self, AcquireReply, Mutex};
+use crate::lock::protocol::mutex::{self, AcquireReply, Mutex, RenewReply};
+use crate::lock::protocol::operator;
 use crate::lock::protocol::{ScriptCall, hold, record, status};
 use crate::lock::target::{QuorumNodes, Target};
 use crate::lock::{
-    Attempt, FailureKind, Finished, Grant, HoldChange, HoldRecord, Holder, HolderInfo,
-    ListQuery, Listed, Listing, Lock,
-    NodeStatus, RedisFailure, ReleaseNotices, Released, Renewal, Status, Token,
+    Attempt, BreakOutcome, FailureKind, Finished, Grant, HoldChange, HoldRecord, Holder,
+    HolderInfo, ListQuery, Listed, Listing, Lock, NodeStatus, RedisFailure, ReleaseNotices,
+    Released, Renewal, Status, Token,
 };
 
 /// The least bound on one node's acquire or write-back: a round trip on a real network with
@@ -216,6 +217,31 @@ impl Quorum {
         )
     }
 
+    /// Like `too_few`, for an operator's command that needed `needed` nodes.
+    fn too_few_of(
+        &self,
+        needed: usize,
+        what: &str,
+        got: usize,
+        failures: &[RedisFailure],
+    ) -> RedisFailure {
+        let kind = failures
+            .iter()
+            .map(|f| f.kind)
+            .find(|k| *k != FailureKind::Unreachable)
+            .unwrap_or(FailureKind::Unreachable);
+        let first = failures
+            .first()
+            .map(|f| format!("; {f}"))
+            .unwrap_or_default();
+        RedisFailure::of_many(
+            kind,
+            format!("{} of {} Redlock masters", self.n() - got, self.n()),
+            format!("only {got} of {} {what}, {needed} needed{first}", self.n()),
+            true,
+        )
+    }
+
     /// Each node's bound for one acquire or write-back: short, so that a frozen node costs
     /// little of the lease, and together they leave a quarter of `within` for the take-back.
     fn node_bound(ttl: Duration, within: Duration) -> Duration {
@@ -352,10 +378,16 @@ impl Quorum {
             })
             .collect();
         let same = |a: &Holder, b: &Holder| a.host == b.host && a.pid == b.pid;
-        busy.iter()
+        let mut holder = busy
+            .iter()
             .max_by_key(|h| busy.iter().filter(|o| same(h, o)).count())
             .map(|h| (*h).clone())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        // A pause on any node that answered is why: say so.
+        if holder.paused.is_none() {
+            holder.paused = busy.iter().find_map(|h| h.paused.clone());
+        }
+        holder
     }
 }
 
@@ -590,10 +622,14 @@ impl Lock for Quorum {
         )
         .await;
         let (mut renewed, mut lost, mut failures) = (0, 0, Vec::new());
+        let mut broken = None;
         for (node, reply) in self.nodes.iter().zip(replies) {
             match reply.map(|r| (mutex::parse_renew(&r.value), r.value)) {
-                Ok((Some(true), _)) => renewed += 1,
-                Ok((Some(false), _)) => lost += 1,
+                Ok((Some(RenewReply::Renewed), _)) => renewed += 1,
+                Ok((Some(RenewReply::Lost(b)), _)) => {
+                    lost += 1;
+                    broken = broken.or(b);
+                }
                 Ok((None, value)) => failures.push(unexpected(node, "the renewal", &value)),
                 Err(e) => failures.push(e),
             }
@@ -602,7 +638,7 @@ impl Lock for Quorum {
             Ok(Renewal::Renewed { counted_from })
         } else if lost > self.n() - self.quorum {
             // So many nodes lost the token that a quorum can never confirm it again.
-            Ok(Renewal::Lost)
+            Ok(Renewal::Lost(broken))
         } else {
             Err(self.too_few("confirmed the renewal", renewed, &failures, true))
         }
@@ -913,6 +949,110 @@ impl Lock for Quorum {
         Ok(records.pop())
     }
 
+    /// On every node. Broken once enough nodes broke it that the holder can no longer renew
+    /// on a quorum (more than n - quorum); the fence shown is the lowest of theirs, which
+    /// the next grant's is above (its quorum shares a node with them).
+    async fn break_holder(
+        &self,
+        token: &str,
+        by: &str,
+        within: Duration,
+    ) -> Result<BreakOutcome, RedisFailure> {
+        let call = operator::break_holder(self.mutex.keys(), token, by);
+        let replies = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.script(&call, None, "break", within)),
+        )
+        .await;
+        let (mut broke, mut other, mut fence, mut failures) = (0, 0, u64::MAX, Vec::new());
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            match reply.map(|r| (operator::parse_break(&r.value), r.value)) {
+                Ok((Some(BreakOutcome::Broken { fence: f }), _)) => {
+                    broke += 1;
+                    fence = fence.min(f);
+                }
+                Ok((Some(BreakOutcome::HeldByOther), _)) => other += 1,
+                Ok((Some(BreakOutcome::Free), _)) => {}
+                Ok((None, value)) => failures.push(unexpected(node, "break", &value)),
+                Err(e) => failures.push(e),
+            }
+        }
+        let blocking = self.n() - self.quorum + 1;
+        if broke >= blocking {
+            Ok(BreakOutcome::Broken { fence })
+        } else if broke == 0 && failures.is_empty() {
+            Ok(if other > 0 {
+                BreakOutcome::HeldByOther
+            } else {
+                BreakOutcome::Free
+            })
+        } else {
+            Err(self.too_few_of(blocking, "broke the lock", broke, &failures))
+        }
+    }
+
+    /// On every node; done once enough nodes are paused that no quorum can grant (more than
+    /// n - quorum). Ends at the latest of their ends.
+    async fn pause(
+        &self,
+        reason: &str,
+        by: &str,
+        length: Duration,
+        within: Duration,
+    ) -> Result<u64, RedisFailure> {
+        let call = operator::pause(self.mutex.keys(), reason, by, length);
+        let replies = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.script(&call, None, "pause", within)),
+        )
+        .await;
+        let (mut paused, mut until, mut failures) = (0, 0, Vec::new());
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            match reply.map(|r| (operator::parse_pause(&r.value), r.value)) {
+                Ok((Some(u), _)) => {
+                    paused += 1;
+                    until = until.max(u);
+                }
+                Ok((None, value)) => failures.push(unexpected(node, "pause", &value)),
+                Err(e) => failures.push(e),
+            }
+        }
+        let blocking = self.n() - self.quorum + 1;
+        if paused >= blocking {
+            Ok(until)
+        } else {
+            Err(self.too_few_of(blocking, "paused the lock", paused, &failures))
+        }
+    }
+
+    /// On every node; done unless so many failed that those may still be paused enough to
+    /// keep a quorum from granting.
+    async fn resume(&self, within: Duration) -> Result<bool, RedisFailure> {
+        let call = operator::resume(self.mutex.keys());
+        let replies = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.script(&call, None, "resume", within)),
+        )
+        .await;
+        let (mut ended, mut failures) = (false, Vec::new());
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            match reply.map(|r| (operator::parse_resume(&r.value), r.value)) {
+                Ok((Some(e), _)) => ended |= e,
+                Ok((None, value)) => failures.push(unexpected(node, "resume", &value)),
+                Err(e) => failures.push(e),
+            }
+        }
+        let blocking = self.n() - self.quorum + 1;
+        if failures.len() >= blocking {
+            let done = self.n() - failures.len();
+            return Err(self.too_few_of(self.n(), "answered the resume", done, &failures));
+        }
+        Ok(ended)
+    }
+
     async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {
         // Every node: a record left on one would come back as the newest (record::newest).
         let call = record::forget(self.mutex.keys());
@@ -972,18 +1112,42 @@ pub fn quorum_view(nodes: &[NodeStatus], quorum: usize) -> Status {
         .filter_map(|n| n.status.as_ref().ok())
         .filter(|s| s.held)
         .collect();
+    // A pause counts once enough nodes have it that no quorum can grant.
+    let pauses: Vec<&crate::lock::Paused> = nodes
+        .iter()
+        .filter_map(|n| n.status.as_ref().ok())
+        .filter_map(|s| s.paused.as_ref())
+        .collect();
+    let paused = (pauses.len() > nodes.len().saturating_sub(quorum))
+        .then(|| {
+            pauses
+                .iter()
+                .max_by_key(|p| p.until_ms)
+                .map(|p| (*p).clone())
+        })
+        .flatten();
     let same = |a: &Status, b: &Status| {
-        a.foreign == b.foreign && a.host == b.host && a.pid == b.pid && a.command == b.command
+        a.foreign == b.foreign
+            && a.host == b.host
+            && a.pid == b.pid
+            && a.command == b.command
+            && a.token == b.token
     };
     let Some(first) = held
         .iter()
         .max_by_key(|s| held.iter().filter(|o| same(s, o)).count())
     else {
-        return Status::default();
+        return Status {
+            paused,
+            ..Status::default()
+        };
     };
     let group: Vec<&Status> = held.iter().copied().filter(|s| same(first, s)).collect();
     if group.len() < quorum {
-        return Status::default();
+        return Status {
+            paused,
+            ..Status::default()
+        };
     }
     // No TTL (a foreign key that never expires) outlasts any TTL.
     let mut ttls: Vec<u64> = group.iter().map(|s| s.ttl_ms.unwrap_or(u64::MAX)).collect();
@@ -998,6 +1162,9 @@ pub fn quorum_view(nodes: &[NodeStatus], quorum: usize) -> Status {
         command: first.command.clone(),
         acquired_ms: group.iter().filter_map(|s| s.acquired_ms).min(),
         fence: group.iter().filter_map(|s| s.fence).max(),
+        token: first.token.clone(),
+        note: first.note.clone(),
+        paused,
         ..Status::default()
     }
 }
@@ -1022,6 +1189,35 @@ mod tests {
             fence: Some(fence),
             ..Status::default()
         }
+    }
+
+    /// A pause shows once enough nodes have it that no quorum can grant (more than n -
+    /// quorum), with the latest end among them.
+    #[test]
+    fn the_quorum_view_is_paused_when_no_quorum_can_grant() {
+        let paused = |until_ms| Status {
+            paused: Some(crate::lock::Paused {
+                reason: "r".into(),
+                by: "ops".into(),
+                since_ms: 1,
+                until_ms,
+            }),
+            ..Status::default()
+        };
+        let two = [
+            node(Ok(paused(10))),
+            node(Ok(paused(20))),
+            node(Ok(Status::default())),
+        ];
+        assert_eq!(quorum_view(&two, 2).paused.map(|p| p.until_ms), Some(20));
+        let one = [
+            node(Ok(paused(10))),
+            node(Ok(Status::default())),
+            node(Err("down".into())),
+        ];
+        assert_eq!(quorum_view(&one, 2).paused, None);
+        // With quorum 3 of 3, one paused node keeps any quorum from granting.
+        assert!(quorum_view(&one, 3).paused.is_some());
     }
 
     #[test]

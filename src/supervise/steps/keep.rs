@@ -66,8 +66,9 @@ impl Handshake {
 
 /// How the keeping ended.
 enum KeepEnd {
-    /// A renewal found the token gone (deleted, expired, or taken).
-    Taken,
+    /// A renewal found the token gone (deleted, expired, or taken; by `break` if it says
+    /// so).
+    Taken(Option<lock::Broken>),
     /// No renewal could be confirmed before the lease's end (less --grace).
     Unconfirmed(String),
     MaxHold,
@@ -163,7 +164,7 @@ pub async fn keep(cfg: &AcquireConfig, mut handshake: Handshake, report: &Report
     let max_hold_at = held.acquired.checked_add(cfg.max_hold);
     let end = keep_lease(run, &held, max_hold_at, &mut signals).await;
     let (state, reason, outcome) = match end {
-        KeepEnd::Taken => (HoldState::Lost, taken_reason(), None),
+        KeepEnd::Taken(broken) => (HoldState::Lost, taken_reason(broken.as_ref()), None),
         KeepEnd::Unconfirmed(why) => (
             HoldState::Lost,
             format!("no renewal could be confirmed before the lease ended ({why})"),
@@ -186,8 +187,17 @@ pub async fn keep(cfg: &AcquireConfig, mut handshake: Handshake, report: &Report
 
 /// Why a renewal found the token gone. The place for what the contract's lost renewal will
 /// tell (a "broken" marker: who broke the lock, and when), once it carries it.
-fn taken_reason() -> String {
-    "a renewal found the lock deleted, expired or taken by another holder".to_owned()
+fn taken_reason(broken: Option<&lock::Broken>) -> String {
+    match broken {
+        Some(b) => format!(
+            "the lock was broken by {} at {} (redlock-run break)",
+            b.by,
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + Duration::from_millis(b.at_ms)
+            )
+        ),
+        None => "a renewal found the lock deleted, expired or taken by another holder".to_owned(),
+    }
 }
 
 /// End the hold record (only if it is still `held`: a `release` under way or done decides
@@ -267,8 +277,8 @@ async fn keep_lease<L: Lock>(
                 }
             }
             reply = keeper.reply(), if keeper.renewing() => {
-                if keeper.on_reply(reply, run.report) == Some(LeaseEnd::Lost) {
-                    return KeepEnd::Taken;
+                if let Some(LeaseEnd::Lost(broken)) = keeper.on_reply(reply, run.report) {
+                    return KeepEnd::Taken(broken);
                 }
             }
             () = tokio::time::sleep(nap) => {}

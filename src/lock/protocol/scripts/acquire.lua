@@ -5,10 +5,12 @@
 -- ARGV: fence counter, holder hash, cancelled tokens, queue (waiter ids by arrival, server
 -- microseconds), queue expiry (waiter ids by the server ms at which they leave); then token,
 -- ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not wait: never
--- queues), how long a waiter's place is kept without a new attempt (ms).
+-- queues), how long a waiter's place is kept without a new attempt (ms); then the pause key
+-- and the holder's note ('' = none).
 -- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place} when
 -- busy (pttl -2: the lock is free but waiters come first; queued: waiters in the queue;
--- place: this waiter's place in it, 1 = next, 0 = not queued); {2} for an attempt that was
+-- place: this waiter's place in it, 1 = next, 0 = not queued; while the lock is paused, then
+-- also the pause's reason, host and end, ms); {2} for an attempt that was
 -- cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
 -- (reach.lua).
 -- Every check that can fail runs before the first write: a script that errors half-way
@@ -23,10 +25,16 @@ local lock = KEYS[1]
 local fence_key, holder, cancelled, queue, expiry = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local token, ttl = ARGV[6], ARGV[7]
 local waiter, keep = ARGV[12], tonumber(ARGV[13])
+local pause, note = ARGV[14] or '', ARGV[15] or ''
 
 -- The usual case costs one command for all three (reach.lua): none of them exists, and every
 -- key is in reach. Then no check on them is needed, and no queue can hold anyone.
-local none_queued = probe({cancelled, queue, expiry}) == 0
+-- A pause key counts as "queued": the slower path below reads it.
+local probed = {cancelled, queue, expiry}
+if pause ~= '' then
+  probed[#probed + 1] = pause
+end
+local none_queued = probe(probed) == 0
 
 local kind, value = read_string(lock)
 if not kind then
@@ -68,6 +76,20 @@ if not none_queued and queue_here(queue, expiry) then
   reap_waiters(queue, expiry, now_ms, 1)
 end
 
+-- The pause in force (`pause`), as {reason, host, until_ms}, or nil. It decides only where
+-- the lock is free: a holder is never touched by a pause.
+local function paused_now()
+  if none_queued or pause == '' or not here(pause) or type_here(pause) ~= 'hash' then
+    return nil
+  end
+  local p = redis.call('HMGET', pause, 'reason', 'host', 'until_ms')
+  if not p[3] then
+    return nil
+  end
+  return {p[1] or '', p[2] or '', p[3]}
+end
+local paused
+
 -- Join the queue, or keep our place in it, and say who holds the lock and where we stand.
 local function busy()
   local place = 0
@@ -91,7 +113,13 @@ local function busy()
   elseif not none_queued and here(queue) then
     queued = redis.call('ZCARD', queue)
   end
-  return {0, redis.call('PTTL', lock), host, pid, since, queued, place}
+  local reply = {0, redis.call('PTTL', lock), host, pid, since, queued, place}
+  -- A run held off by a holder hears of the pause too: it is busy after that holder.
+  paused = paused or paused_now()
+  if paused then
+    reply[8], reply[9], reply[10] = paused[1], paused[2], paused[3]
+  end
+  return reply
 end
 
 -- Our own token is ours whatever the queue says: an earlier attempt of this run landed
@@ -104,6 +132,11 @@ if kind == 'none' then
   if not queue_here(queue, expiry) then
     -- Never so (see above): a free lock is only seen where every key is in reach.
     return split()
+  end
+  -- Paused: busy, and a waiter keeps its place (busy() keeps it) until resume or expiry.
+  paused = paused_now()
+  if paused then
+    return busy()
   end
   if not none_queued and redis.call('ZCARD', queue) > 0 then
     -- Free, but others queued first: only the head may take it (a run that does not wait
@@ -128,7 +161,7 @@ end
 -- Where every key is in reach, HSET itself says whether the key holds another type (its
 -- only error that a DEL cures); elsewhere TYPE asks first.
 local info = {'token', token, 'host', ARGV[9], 'pid', ARGV[10], 'cmd', ARGV[11],
-  'acquired_ms', string.format('%.0f', now_ms), 'fence', fence_str}
+  'acquired_ms', string.format('%.0f', now_ms), 'fence', fence_str, 'note', note}
 if everywhere then
   local written = redis.pcall('HSET', holder, unpack(info))
   if type(written) == 'table' then

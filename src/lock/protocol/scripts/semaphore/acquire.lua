@@ -22,6 +22,8 @@ local fence_key, holders, cancelled, queue, expiry, limit_key =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local token, ttl = ARGV[7], tonumber(ARGV[8])
 local waiter, keep, limit = ARGV[13], tonumber(ARGV[14]), tonumber(ARGV[15])
+-- The pause key (`pause`; after the limit), '' for none; then the holder's note ('' none).
+local pause, note = ARGV[16] or '', ARGV[17] or ''
 
 local kind = type_here(lock)
 if not kind then
@@ -89,12 +91,28 @@ if queue_here(queue, expiry) then
   reap_waiters(queue, expiry, now_ms, limit)
 end
 
-local function busy(free)
+-- The pause in force (`pause`), as {reason, host, until_ms}, or nil.
+local function paused_now()
+  if pause == '' or not here(pause) or type_here(pause) ~= 'hash' then
+    return nil
+  end
+  local p = redis.call('HMGET', pause, 'reason', 'host', 'until_ms')
+  if not p[3] then
+    return nil
+  end
+  return {p[1] or '', p[2] or '', p[3]}
+end
+
+local function busy(free, paused)
   local place = 0
   if waiter ~= '' and queue_here(queue, expiry) then
     place = keep_place(queue, expiry, waiter, now_us, now_ms, keep)
   end
   local queued = here(queue) and redis.call('ZCARD', queue) or 0
+  paused = paused or paused_now()
+  if paused and free then
+    return {0, -2, '', '', '', queued, place, paused[1], paused[2], paused[3]}
+  end
   if free then
     return {0, -2, '', '', '', queued, place}
   end
@@ -105,8 +123,12 @@ local function busy(free)
   if info then
     host, pid, since = string.match(info, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t')
   end
-  return {0, math.max(tonumber(first[2]) - now_ms, 0), host or '', pid or '', since or '',
-    queued, place}
+  local reply = {0, math.max(tonumber(first[2]) - now_ms, 0), host or '', pid or '',
+    since or '', queued, place}
+  if paused then
+    reply[8], reply[9], reply[10] = paused[1], paused[2], paused[3]
+  end
+  return reply
 end
 
 -- Our own token: an earlier attempt of this run landed although its reply was lost.
@@ -114,6 +136,12 @@ if not redis.call('ZSCORE', lock, token) then
   local free = limit - redis.call('ZCARD', lock)
   if free <= 0 then
     return busy(false)
+  end
+  -- Paused: busy, and a waiter keeps its place until resume or expiry. Holders renew as
+  -- ever.
+  local paused = paused_now()
+  if paused then
+    return busy(true, paused)
   end
   if not (here(cancelled) and queue_here(queue, expiry)) then
     -- A permit is free, but not to be taken here (see above). A waiter hears so (and keeps
@@ -156,8 +184,15 @@ end
 
 redis.call('ZADD', lock, string.format('%.0f', now_ms + ttl), token)
 redis.call('SET', fence_key, fence_str, 'PX', ARGV[9])
-redis.call('HSET', holders, token, ARGV[10] .. '\t' .. ARGV[11] .. '\t' ..
-  string.format('%.0f', now_ms) .. '\t' .. fence_str .. '\t' .. ARGV[12])
+-- host TAB pid TAB acquired TAB fence TAB command, and with a note TAB US note (US, the
+-- ASCII unit separator, is in no command shown: it keeps the command's place for readers
+-- that know of no note).
+local info = ARGV[10] .. '\t' .. ARGV[11] .. '\t' .. string.format('%.0f', now_ms) .. '\t' ..
+  fence_str .. '\t' .. ARGV[12]
+if note ~= '' then
+  info = info .. '\t\31' .. note
+end
+redis.call('HSET', holders, token, info)
 redis.call('PEXPIRE', lock, left)
 redis.call('PEXPIRE', holders, left)
 redis.call('SET', limit_key, ARGV[15], 'PX', left)

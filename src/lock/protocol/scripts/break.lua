@@ -1,0 +1,119 @@
+-- `break`: take the lock away from the holder named by its token, in one atomic step, and
+-- only from that holder: a lock (or permit) that holds another token is left alone.
+-- Works on both layouts, so that `break` needs no --limit: the mutex's string key, or one
+-- permit of the --limit semaphore's sorted set.
+-- KEYS: lock. ARGV: holder hash, holders hash (--limit), fence counter, release channel,
+-- queue, queue expiry, broken marks, last-run, last-success (left alone: a broken run is no
+-- success); then token, breaker's host,
+-- how long the broken mark is kept (ms), fence counter ttl (ms), record retention (ms).
+-- In the same step:
+-- - the fence is raised: the counter is set to a new fence F (as an acquire would), so that
+--   the next grant's fence is above F and above every fence before it;
+-- - a broken mark for the token (who broke it, when, on the server's clock), which the
+--   holder's next renewal reads (renew.lua);
+-- - the run record's last run, outcome 'broken', for the holder that lost it (record.rs);
+-- - the release is announced, waking the queue's head.
+-- Returns {1, F} when broken; {0} when the lock holds another token (or the permit is not
+-- among the live ones); {-1} when the lock is free; TRYAGAIN (reach.lua) when a key it
+-- needs is out of reach (a migration of the slot).
+local lock = KEYS[1]
+local holder, holders, fence_key, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local queue, expiry, broken = ARGV[5], ARGV[6], ARGV[7]
+local last_run = ARGV[8]
+local token, by, broken_keep, fence_keep, record_keep = ARGV[10], ARGV[11], ARGV[12],
+  ARGV[13], ARGV[14]
+
+local kind = type_here(lock)
+if not kind then
+  return split()
+end
+if kind == 'none' then
+  return {-1}
+end
+-- Every write below needs its key in reach: check all before the first one.
+for _, key in ipairs({fence_key, broken, last_run}) do
+  if not here(key) then
+    return split()
+  end
+end
+local last, bad_fence = last_fence(fence_key)
+if bad_fence then
+  return bad_fence
+end
+local now_us, now_ms = server_now()
+
+-- What is known of the run: host, pid, command, acquired (ms), fence.
+local host, pid, cmd, since, fence
+if kind == 'string' then
+  if redis.call('GET', lock) ~= token then
+    return {0}
+  end
+  if here(holder) and type_here(holder) == 'hash' then
+    local info = redis.call('HMGET', holder, 'token', 'host', 'pid', 'cmd', 'acquired_ms', 'fence')
+    if info[1] == token then
+      host, pid, cmd, since, fence = info[2], info[3], info[4], info[5], info[6]
+    end
+  end
+elseif kind == 'zset' then
+  local score = redis.call('ZSCORE', lock, token)
+  if not score or tonumber(score) <= now_ms then
+    return {0}
+  end
+  if here(holders) and type_here(holders) == 'hash' then
+    local info = redis.call('HGET', holders, token)
+    if info then
+      host, pid, since, fence, cmd = string.match(info,
+        '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
+      -- Without the note (semaphore/acquire.lua).
+      cmd = cmd and (string.match(cmd, '^(.-)\t\31') or cmd)
+    end
+  end
+else
+  return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
+end
+
+local fence_str, end_of_range = next_fence(fence_key, last, now_us)
+if not fence_str then
+  return end_of_range
+end
+
+-- The lock (or permit) goes.
+if kind == 'string' then
+  redis.call('DEL', lock)
+  if here(holder) then
+    redis.call('DEL', holder)
+  end
+else
+  redis.call('ZREM', lock, token)
+  if here(holders) then
+    redis.call('HDEL', holders, token)
+  end
+end
+redis.call('SET', fence_key, fence_str, 'PX', fence_keep)
+
+-- The broken mark: one field per token, all kept for broken_keep after the latest break.
+local bad_mark = check_kinds('hash', {broken})
+if not bad_mark then
+  redis.call('HSET', broken, token, by .. '\t' .. string.format('%.0f', now_ms))
+  redis.call('PEXPIRE', broken, broken_keep)
+end
+
+-- The run record, for the holder that lost the lock (best effort, as record.lua: a key of
+-- another type is left as it is).
+if type_here(last_run) == 'hash' or type_here(last_run) == 'none' then
+  local started = tonumber(since or '') or now_ms
+  redis.call('HSET', last_run,
+    'host', host or '', 'pid', pid or '', 'program', cmd or '', 'fence', fence or '',
+    'started_ms', string.format('%.0f', math.min(started, now_ms)),
+    'ended_ms', string.format('%.0f', now_ms),
+    'outcome', 'broken', 'exit_code', '', 'signal', '', 'broken_by', by)
+  redis.call('PEXPIRE', last_run, record_keep)
+end
+
+-- Wake the waiters now (pcall: an ACL user without channel access still breaks).
+if kind == 'string' then
+  redis.pcall('PUBLISH', channel, whom_to_wake(queue, expiry))
+else
+  redis.pcall('PUBLISH', channel, '1')
+end
+return {1, fence_str}
