@@ -6,7 +6,9 @@ use std::time::Duration;
 use crate::cli::Wait;
 use crate::exit::Ending;
 use crate::lease::{Lease, Stamp};
-use crate::lock::{Attempt, Holder, HolderInfo, Lock, ReleaseNotices, ReplicaAck, Token, Waiter};
+use crate::lock::{
+    Attempt, FailureKind, Holder, HolderInfo, Lock, ReleaseNotices, ReplicaAck, Token, Waiter,
+};
 use crate::process::Signals;
 
 use super::backoff::Backoff;
@@ -248,6 +250,10 @@ impl<'a, L: Lock> Acquirer<'a, L> {
                         () = tokio::time::sleep(nap) => {}
                         sig = signals.recv_ending() => break Err(Ending::Interrupted(sig as i32)),
                     }
+                }
+                Err(e) if e.kind == FailureKind::LimitMismatch => {
+                    report.error("config", &e);
+                    break Err(Ending::Config);
                 }
                 Err(e) => {
                     report.error("unavailable", &e);

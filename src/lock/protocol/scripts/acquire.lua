@@ -42,8 +42,10 @@ if not none_queued and here(cancelled) and redis.call('SISMEMBER', cancelled, to
 end
 
 if kind == 'zset' then
-  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
-    ' is used with --limit (several holders); use the same --limit as its other users')
+  -- LIMITMISMATCH: a configuration error, told apart from a Redis failure (lock/error.rs).
+  return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
+    ' is used with --limit elsewhere and this run has none; give every user of a lock the' ..
+    ' same --limit (nothing was changed)')
 elseif kind ~= 'none' and kind ~= 'string' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end

@@ -33,8 +33,10 @@ if here(cancelled) and redis.call('SISMEMBER', cancelled, token) == 1 then
 end
 
 if kind == 'string' then
-  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
-    ' is held as a mutex (without --limit); use the same --limit as its other users')
+  -- LIMITMISMATCH: a configuration error, told apart from a Redis failure (lock/error.rs).
+  return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
+    ' is held without --limit elsewhere and this run has --limit ' .. ARGV[15] ..
+    '; give every user of a lock the same --limit (nothing was changed)')
 elseif kind ~= 'none' and kind ~= 'zset' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end
@@ -55,8 +57,9 @@ if kind == 'zset' then
       ' holds a sorted set that is not a redlock-run --limit lock; refusing to touch it')
   end
   if tonumber(recorded) ~= limit then
-    return redis.error_reply('WRONGTYPE the lock ' .. lock .. ' is used with --limit ' ..
-      recorded .. ', not ' .. ARGV[15] .. '; use the same --limit as its other users')
+    return redis.error_reply('LIMITMISMATCH the lock ' .. lock .. ' is used with --limit ' ..
+      recorded .. ' elsewhere and this run has --limit ' .. ARGV[15] ..
+      '; give every user of a lock the same --limit (nothing was changed)')
   end
 end
 -- nil while the counter is out of reach.
