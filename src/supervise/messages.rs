@@ -137,7 +137,12 @@ pub(super) fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> St
         who.push_str(&format!(" since {}", humantime::format_rfc3339_seconds(at)));
     }
     let ttl = match holder.ttl_ms {
-        Some(ms) => format!("{} left on its lease", show_ms(Duration::from_millis(ms))),
+        // Not an ETA: a live holder renews its lease for as long as its command runs. The
+        // lease bounds only how long a holder that died can keep the lock.
+        Some(ms) => format!(
+            "it renews its lease while it runs; free within {} if it died",
+            show_ms(Duration::from_millis(ms))
+        ),
         None => "no TTL".to_owned(),
     };
     format!(
@@ -238,8 +243,8 @@ mod tests {
         );
         assert_eq!(
             wait_started_message("redlock:k", &holder, Wait::For(Duration::from_secs(600))),
-            "lock redlock:k is held by web1 pid 42 since 1970-01-01T00:00:00Z (1s 500ms left \
-             on its lease); waiting up to 10m"
+            "lock redlock:k is held by web1 pid 42 since 1970-01-01T00:00:00Z (it renews its \
+             lease while it runs; free within 1s 500ms if it died); waiting up to 10m"
         );
     }
 }
