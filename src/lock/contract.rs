@@ -134,6 +134,9 @@ pub struct Grant {
     pub fence: u64,
     /// The lease counts from here (see the contract).
     pub counted_from: Stamp,
+    /// Servers that did not take part although the grant holds (a Redlock master down), in
+    /// words for a warning: one more such failure could stop every run. `None`: all did.
+    pub degraded: Option<String>,
 }
 
 /// The outcome of one renewal that got an answer.

@@ -163,6 +163,9 @@ impl<'a, L: Lock> Acquirer<'a, L> {
             };
             match attempt {
                 Ok(Attempt::Granted(grant)) => {
+                    if let Some(degraded) = &grant.degraded {
+                        report.degraded(degraded);
+                    }
                     break Ok(Held {
                         token: grant.token,
                         lease: Lease::granted(grant.counted_from, cfg.ttl, cfg.grace)

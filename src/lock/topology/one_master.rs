@@ -178,6 +178,7 @@ impl<R: Route> OneMaster<R> {
                     token: token.clone(),
                     fence,
                     counted_from,
+                    degraded: None,
                 }))
             }
             Some(AcquireReply::Busy(holder)) => Ok(Attempt::Busy(holder)),

@@ -214,6 +214,23 @@ impl Quorum {
         )
     }
 
+    /// A grant on `granted` nodes while `failures` did not answer: says which and what they
+    /// answered, and how close the quorum came to failing (a node that is busy, holding a
+    /// stale key, is not down and not named).
+    fn degraded(&self, granted: usize, failures: &[RedisFailure]) -> Option<String> {
+        let first = failures.first()?;
+        let others = match failures.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        Some(format!(
+            "a Redlock master did not take part{others}: {first}; the lock was taken on {granted} \
+             of {} masters ({} needed)",
+            self.n(),
+            self.quorum
+        ))
+    }
+
     /// Each node's bound for one acquire or write-back: short, so that a frozen node costs
     /// little of the lease, and together they leave a quarter of `within` for the take-back.
     fn node_bound(ttl: Duration, within: Duration) -> Duration {
@@ -537,6 +554,7 @@ impl Lock for Quorum {
                     token: token.clone(),
                     fence,
                     counted_from,
+                    degraded: self.degraded(fences.len(), &failures),
                 }));
             }
             if raised < self.quorum {
