@@ -149,8 +149,14 @@ fn holder_text(key: &str, s: &Status) -> String {
         return format!("{key}: held by another client (not redlock-run); ttl left {ttl}");
     }
     let mut out = format!("{key}: held");
-    if let (Some(host), Some(pid)) = (&s.host, s.pid) {
-        let _ = write!(out, " by {host} pid {pid}");
+    match (&s.host, s.pid, &s.kept) {
+        (Some(host), pid, Some(kept)) => {
+            let _ = write!(out, " by {host} ({})", kept.describe(pid));
+        }
+        (Some(host), Some(pid), None) => {
+            let _ = write!(out, " by {host} pid {pid}");
+        }
+        _ => {}
     }
     if let Some(ms) = s.acquired_ms {
         let _ = write!(out, ", acquired {}", age(ms));
@@ -290,6 +296,10 @@ struct StatusJson<'a> {
     acquired_ms: Option<u64>,
     ttl_ms: Option<u64>,
     fence: Option<u64>,
+    /// The holder's command finished and `--hold-at-least` keeps the lock until
+    /// `kept_until_ms` (its pid has exited); both `null` otherwise.
+    finished_ms: Option<u64>,
+    kept_until_ms: Option<u64>,
     /// Runs waiting in the queue (`--wait`), and the next one as `host pid`.
     queued: u64,
     queue_head: Option<&'a str>,
@@ -377,6 +387,8 @@ fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
         acquired_ms: s.acquired_ms,
         ttl_ms: s.ttl_ms,
         fence: s.fence,
+        finished_ms: s.kept.map(|k| k.finished_ms),
+        kept_until_ms: s.kept.map(|k| k.until_ms),
         queued: s.queued,
         queue_head: s.queue_head.as_deref(),
         limit: s.limit,

@@ -29,7 +29,7 @@ mod token;
 pub mod topology;
 
 pub use contract::{
-    Attempt, Grant, Holder, HolderInfo, Lock, NodeStatus, Permit, ReleaseNotices, Released,
+    Attempt, Grant, Holder, HolderInfo, Kept, Lock, NodeStatus, Permit, ReleaseNotices, Released,
     Renewal, ReplicaAck, Status, Waiter,
 };
 pub use error::{FailureKind, RedisFailure};

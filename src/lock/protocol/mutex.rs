@@ -15,7 +15,7 @@ use redis::Value;
 use super::keys::{BadName, Keys};
 use super::record::{self, Finished};
 use super::script::{Lua, ScriptCall};
-use crate::lock::{Holder, HolderInfo, Released, Waiter};
+use crate::lock::{Holder, HolderInfo, Kept, Released, Waiter};
 
 static ACQUIRE: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
@@ -239,7 +239,8 @@ pub(super) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy; `{2}` (an
+/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms, queued, place,
+/// finished_ms, kept_until_ms}` when busy; `{2}` (an
 /// attempt with a token its run cancelled) is `None`, like any reply of another shape.
 pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = reply else {
@@ -261,6 +262,10 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
                 Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
                 _ => 0,
             };
+            let kept = Kept::parse(
+                items.get(7).and_then(text).as_deref(),
+                items.get(8).and_then(text).as_deref(),
+            );
             Some(AcquireReply::Busy(Holder {
                 ttl_ms: u64::try_from(pttl).ok(),
                 free: pttl == -2,
@@ -269,6 +274,7 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
                 acquired_ms,
                 queued: count(5),
                 place: count(6),
+                kept,
             }))
         }
         _ => None,

@@ -6,7 +6,7 @@ use redis::Value;
 use super::keys::Keys;
 use super::mutex::text;
 use super::record::{self, Records};
-use crate::lock::{Permit, Status};
+use crate::lock::{Kept, Permit, Status};
 
 // Where each reply sits in the pipeline.
 const TYPE: usize = 0;
@@ -141,6 +141,10 @@ fn status_from(
         command: field("cmd"),
         acquired_ms: field("acquired_ms").and_then(|p| p.parse().ok()),
         fence: field("fence").or(fence).and_then(|f| f.parse().ok()),
+        kept: Kept::parse(
+            field("finished_ms").as_deref(),
+            field("kept_until_ms").as_deref(),
+        ),
         ..Status::default()
     }
 }

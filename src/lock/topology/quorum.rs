@@ -884,6 +884,11 @@ pub fn quorum_view(nodes: &[NodeStatus], quorum: usize) -> Status {
         command: first.command.clone(),
         acquired_ms: group.iter().filter_map(|s| s.acquired_ms).min(),
         fence: group.iter().filter_map(|s| s.fence).max(),
+        // The command finished once; nodes' clocks and reply times differ a little.
+        kept: group
+            .iter()
+            .filter_map(|s| s.kept)
+            .min_by_key(|k| k.until_ms),
         ..Status::default()
     }
 }

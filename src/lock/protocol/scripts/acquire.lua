@@ -6,9 +6,10 @@
 -- microseconds), queue expiry (waiter ids by the server ms at which they leave); then token,
 -- ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not wait: never
 -- queues), how long a waiter's place is kept without a new attempt (ms).
--- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place} when
--- busy (pttl -2: the lock is free but waiters come first; queued: waiters in the queue;
--- place: this waiter's place in it, 1 = next, 0 = not queued); {2} for an attempt that was
+-- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place,
+-- finished_ms, kept_until_ms} when busy (pttl -2: the lock is free but waiters come first;
+-- queued: waiters in the queue; place: this waiter's place in it, 1 = next, 0 = not queued;
+-- the last two '' unless the holder's command finished and --hold-at-least keeps the lock); {2} for an attempt that was
 -- cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
 -- (reach.lua).
 -- Every check that can fail runs before the first write: a script that errors half-way
@@ -80,11 +81,13 @@ local function busy()
   end
   -- Report who holds it, but only if the holder info belongs to the current value:
   -- a lock taken by another client on a raw key has no (or stale) holder info.
-  local host, pid, since = '', '', ''
+  local host, pid, since, finished, kept_until = '', '', '', '', ''
   if value then
-    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms')
+    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms',
+      'finished_ms', 'kept_until_ms')
     if type(info) == 'table' and not info.err and info[1] == value then
       host, pid, since = info[2] or '', info[3] or '', info[4] or ''
+      finished, kept_until = info[5] or '', info[6] or ''
     end
   end
   local queued = 0
@@ -93,7 +96,7 @@ local function busy()
   elseif not none_queued and here(queue) then
     queued = redis.call('ZCARD', queue)
   end
-  return {0, redis.call('PTTL', lock), host, pid, since, queued, place}
+  return {0, redis.call('PTTL', lock), host, pid, since, queued, place, finished, kept_until}
 end
 
 -- Our own token is ours whatever the queue says: an earlier attempt of this run landed
