@@ -429,7 +429,7 @@ mod tests {
             to_json("redlock:k", &Status::default()),
             "{\"held\":false,\"foreign\":false,\"key\":\"redlock:k\",\"host\":null,\"pid\":null,\
              \"command\":null,\"acquired_ms\":null,\"ttl_ms\":null,\"fence\":null,\
-             \"queued\":0,\"queue_head\":null,\"last_run\":null,\"last_success\":null}"
+             \"finished_ms\":null,\"kept_until_ms\":null,\"queued\":0,\"queue_head\":null,\"last_run\":null,\"last_success\":null}"
         );
         assert_eq!(to_text("redlock:k", &Status::default()), "redlock:k: free");
     }

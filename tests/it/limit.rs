@@ -400,8 +400,9 @@ fn hold_at_least_keeps_the_recorded_limit_too() {
         .run();
     assert_eq!(
         other.code(),
-        Some(69),
-        "a --limit 3 run joined a --limit 2 lock: {other}"
+        Some(78),
+        "a --limit 3 run joined a --limit 2 lock (or failed otherwise than as a mismatch): \
+         {other}"
     );
 }
 
