@@ -12,7 +12,7 @@ use crate::lock::{
 use crate::process::Signals;
 
 use super::backoff::Backoff;
-use super::messages::{busy_message, show_secs, wait_started_message, waiting_message};
+use super::messages::{busy_message, show_ms, show_secs, wait_started_message, waiting_message};
 use super::shared::{Held, RENEW_RETRY, Run, beside};
 
 /// With -v, how often a wait that goes on is logged (stderr not a terminal).
@@ -165,6 +165,19 @@ impl<'a, L: Lock> Acquirer<'a, L> {
                 Ok(Attempt::Granted(grant)) => {
                     if let Some(degraded) = &grant.degraded {
                         report.degraded(degraded);
+                    }
+                    // A log that said the wait began says when it ended (with -v the
+                    // supervisor's own `acquired` line does).
+                    if last_logged.is_some() && !report.verbose() {
+                        report.notice(
+                            "acquired",
+                            format!(
+                                "acquired {} after waiting {} (fence {})",
+                                lock.name(),
+                                show_ms(now.since(started)),
+                                grant.fence
+                            ),
+                        );
                     }
                     break Ok(Held {
                         token: grant.token,
