@@ -179,8 +179,11 @@ fn permits_text(key: &str, limit: u32, s: &Status) -> String {
     );
     for (i, p) in s.permits.iter().enumerate() {
         out.push_str(if i == 0 { ": " } else { "; " });
-        match (&p.host, p.pid) {
-            (Some(host), Some(pid)) => {
+        match (&p.host, p.pid, &p.kept) {
+            (Some(host), pid, Some(kept)) => {
+                let _ = write!(out, "{host} ({})", kept.describe(pid));
+            }
+            (Some(host), Some(pid), None) => {
                 let _ = write!(out, "{host} pid {pid}");
             }
             _ => out.push_str("unknown holder"),
@@ -358,6 +361,9 @@ struct PermitJson<'a> {
     acquired_ms: Option<u64>,
     ttl_ms: u64,
     fence: Option<u64>,
+    /// As the mutex's: the command finished and `--hold-at-least` keeps the permit.
+    finished_ms: Option<u64>,
+    kept_until_ms: Option<u64>,
 }
 
 /// One Redlock node in `status --json`: its URL (password hidden) and what it holds, or the
@@ -402,6 +408,8 @@ fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
                     acquired_ms: p.acquired_ms,
                     ttl_ms: p.ttl_ms,
                     fence: p.fence,
+                    finished_ms: p.kept.map(|k| k.finished_ms),
+                    kept_until_ms: p.kept.map(|k| k.until_ms),
                 })
                 .collect()
         }),

@@ -263,6 +263,8 @@ pub struct Permit {
     pub acquired_ms: Option<u64>,
     pub fence: Option<u64>,
     pub ttl_ms: u64,
+    /// Its command finished; `--hold-at-least` keeps the permit.
+    pub kept: Option<Kept>,
 }
 
 /// Who asks for the lock: stored beside the lock for `status` once granted.

@@ -169,6 +169,13 @@ fn semaphore(replies: &[Value]) -> Option<Status> {
             .iter()
             .find(|(t, _)| *t == token)
             .map(|(_, i)| i.as_str());
+        // `TOKEN:kept`: `finished_ms<TAB>kept_until_ms`, noted by a release that keeps the
+        // permit (semaphore/release.lua).
+        let kept = infos
+            .iter()
+            .find(|(t, _)| t.strip_suffix(":kept") == Some(token.as_str()))
+            .and_then(|(_, k)| k.split_once('\t'))
+            .and_then(|(finished, until)| Kept::parse(Some(finished), Some(until)));
         let mut fields = info.unwrap_or_default().splitn(5, '\t');
         let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
         permits.push(Permit {
@@ -178,6 +185,7 @@ fn semaphore(replies: &[Value]) -> Option<Status> {
             fence: next().and_then(|p| p.parse().ok()),
             command: next(),
             ttl_ms: ends - now_ms,
+            kept,
         });
     }
     let Some(limit) = replies
@@ -278,7 +286,12 @@ mod tests {
             Value::Array(vec![bulk("x w2 8")]),
             Value::Int(1),
             Value::Array(vec![bulk("t1"), bulk("1500"), bulk("t2"), bulk("9000")]),
-            Value::Array(vec![bulk("t2"), bulk("web1\t7\t1000\t11\tsleep 1")]),
+            Value::Array(vec![
+                bulk("t2"),
+                bulk("web1\t7\t1000\t11\tsleep 1"),
+                bulk("t2:kept"),
+                bulk("1500\t9000"),
+            ]),
             bulk("3"),
             Value::Array(vec![bulk("2"), bulk("0")]),
         ];
@@ -296,6 +309,10 @@ mod tests {
                 fence: Some(11),
                 command: Some("sleep 1".into()),
                 ttl_ms: 7000,
+                kept: Some(Kept {
+                    finished_ms: 1500,
+                    until_ms: 9000,
+                }),
             }]
         );
     }

@@ -9,7 +9,7 @@
 -- host, pid, command, waiter id ('' = does not wait), how long a waiter's place is kept (ms),
 -- limit.
 -- Returns as the mutex's acquire.lua: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
--- place} with the holder whose lease ends first (pttl -2: a permit is free but waiters come
+-- place, finished_ms, kept_until_ms} with the holder whose lease ends first (pttl -2: a permit is free but waiters come
 -- first); {2} for a cancelled attempt; TRYAGAIN (reach.lua).
 -- Every check that can fail runs before the first write.
 --
@@ -80,6 +80,12 @@ if #ended > 0 then
   redis.call('ZREM', lock, unpack(ended))
   if here(holders) then
     redis.call('HDEL', holders, unpack(ended))
+    -- And what release.lua noted of those kept by --hold-at-least.
+    local kept = {}
+    for i, token in ipairs(ended) do
+      kept[i] = token .. ':kept'
+    end
+    redis.call('HDEL', holders, unpack(kept))
   end
   -- The set may be gone now, and where it was out of reach for anything else, it cannot be
   -- created again.
@@ -103,13 +109,17 @@ local function busy(free)
   end
   -- The holder whose lease ends first: the earliest a permit frees up by itself.
   local first = redis.call('ZRANGE', lock, 0, 0, 'WITHSCORES')
-  local host, pid, since = '', '', ''
+  local host, pid, since, finished, kept_until = '', '', '', '', ''
   local info = here(holders) and redis.call('HGET', holders, first[1])
   if info then
     host, pid, since = string.match(info, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t')
+    local kept = redis.call('HGET', holders, first[1] .. ':kept')
+    if kept then
+      finished, kept_until = string.match(kept, '^(%d+)\t(%d+)$')
+    end
   end
   return {0, math.max(tonumber(first[2]) - now_ms, 0), host or '', pid or '', since or '',
-    queued, place}
+    queued, place, finished or '', kept_until or ''}
 end
 
 -- Our own token: an earlier attempt of this run landed although its reply was lost.
