@@ -258,17 +258,27 @@ impl fmt::Display for RedisFailure {
         let detail = &self.detail;
         match self.kind {
             FailureKind::Unreachable => write!(f, "Redis at {server} is unreachable: {detail}"),
-            FailureKind::Auth => write!(
-                f,
-                "Redis at {server} refused authentication ({detail}); check the password in \
-                 the URL or --password-file"
-            ),
-            FailureKind::NoPassword => write!(
-                f,
-                "Redis at {server} requires a password and none was given ({detail}); give it \
-                 with --password-file FILE, or in the URL as redis://:PASSWORD@host:port \
-                 (percent-encode / # ? @ in it)"
-            ),
+            // The hint once: a failure of several servers (Redlock) quotes one that has it.
+            FailureKind::Auth => {
+                write!(f, "Redis at {server} refused authentication ({detail})")?;
+                if !detail.contains("--password-file") {
+                    f.write_str("; check the password in the URL or --password-file")?;
+                }
+                Ok(())
+            }
+            FailureKind::NoPassword => {
+                write!(
+                    f,
+                    "Redis at {server} requires a password and none was given ({detail})"
+                )?;
+                if !detail.contains("--password-file") {
+                    f.write_str(
+                        "; give it with --password-file FILE, or in the URL as \
+                         redis://:PASSWORD@host:port (percent-encode / # ? @ in it)",
+                    )?;
+                }
+                Ok(())
+            }
             FailureKind::NoPermission => write!(
                 f,
                 "Redis at {server} denied a command to this user ({detail}); the ACL must allow \
