@@ -127,6 +127,10 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
         "69",
         "Redis unreachable or refusing, or too few --min-replicas acknowledged",
     ),
+    (
+        "78",
+        "--limit differs from the lock's other users (with or without one)",
+    ),
     ("124", "--max-runtime reached; the command was stopped"),
     ("126 / 127", "command not executable / not found"),
     (

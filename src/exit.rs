@@ -10,6 +10,9 @@ pub const USAGE: u8 = 2;
 pub const UNAVAILABLE: u8 = 69;
 /// Internal failure that is none of the above (sysexits EX_SOFTWARE).
 pub const SOFTWARE: u8 = 70;
+/// The lock is used with another `--limit` elsewhere: a configuration error, which no retry
+/// or other Redis can mend (sysexits EX_CONFIG).
+pub const CONFIG: u8 = 78;
 /// The lock was lost while the command ran (sysexits EX_IOERR).
 pub const LOST: u8 = 74;
 /// --max-runtime reached, as timeout(1).
@@ -33,6 +36,8 @@ pub enum Ending {
     Lost,
     /// Redis could not be reached or refused the request.
     Unavailable,
+    /// The lock's users disagree on `--limit`.
+    Config,
     /// --max-runtime elapsed.
     MaxRuntime,
     NotExecutable,
@@ -91,6 +96,7 @@ impl Ending {
             Ending::Busy(code) | Ending::Done(code) => code,
             Ending::Lost => LOST,
             Ending::Unavailable => UNAVAILABLE,
+            Ending::Config => CONFIG,
             Ending::MaxRuntime => MAX_RUNTIME,
             Ending::NotExecutable => NOT_EXECUTABLE,
             Ending::NotFound => NOT_FOUND,
@@ -131,6 +137,7 @@ mod tests {
             Ending::Busy(75).code(),
             Ending::Lost.code(),
             Ending::Unavailable.code(),
+            Ending::Config.code(),
             Ending::MaxRuntime.code(),
             Ending::NotExecutable.code(),
             Ending::NotFound.code(),

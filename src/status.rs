@@ -167,8 +167,14 @@ fn holder_text(key: &str, s: &Status) -> String {
         return format!("{key}: held by another client (not redlock-run); ttl left {ttl}");
     }
     let mut out = format!("{key}: held");
-    if let (Some(host), Some(pid)) = (&s.host, s.pid) {
-        let _ = write!(out, " by {host} pid {pid}");
+    match (&s.host, s.pid, &s.kept) {
+        (Some(host), pid, Some(kept)) => {
+            let _ = write!(out, " by {host} ({})", kept.describe(pid));
+        }
+        (Some(host), Some(pid), None) => {
+            let _ = write!(out, " by {host} pid {pid}");
+        }
+        _ => {}
     }
     if let Some(ms) = s.acquired_ms {
         let _ = write!(out, ", acquired {}", age(ms));
@@ -214,8 +220,11 @@ fn permits_text(key: &str, limit: u32, s: &Status) -> String {
     );
     for (i, p) in s.permits.iter().enumerate() {
         out.push_str(if i == 0 { ": " } else { "; " });
-        match (&p.host, p.pid) {
-            (Some(host), Some(pid)) => {
+        match (&p.host, p.pid, &p.kept) {
+            (Some(host), pid, Some(kept)) => {
+                let _ = write!(out, "{host} ({})", kept.describe(pid));
+            }
+            (Some(host), Some(pid), None) => {
                 let _ = write!(out, "{host} pid {pid}");
             }
             _ => out.push_str("unknown holder"),
@@ -345,6 +354,10 @@ pub struct StatusJson<'a> {
     note: Option<&'a str>,
     /// A pause in force (`pause`), or `null`.
     paused: Option<PausedJson<'a>>,
+    /// The holder's command finished and `--hold-at-least` keeps the lock until
+    /// `kept_until_ms` (its pid has exited); both `null` otherwise.
+    finished_ms: Option<u64>,
+    kept_until_ms: Option<u64>,
     /// Runs waiting in the queue (`--wait`), and the next one as `host pid`.
     queued: u64,
     queue_head: Option<&'a str>,
@@ -423,6 +436,9 @@ struct PermitJson<'a> {
     acquired_ms: Option<u64>,
     ttl_ms: u64,
     fence: Option<u64>,
+    /// As the mutex's: the command finished and `--hold-at-least` keeps the permit.
+    finished_ms: Option<u64>,
+    kept_until_ms: Option<u64>,
 }
 
 /// One Redlock node in `status --json`: its URL (password hidden) and what it holds, or the
@@ -462,6 +478,8 @@ pub fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
             until: rfc3339_ms(p.until_ms),
             until_ms: p.until_ms,
         }),
+        finished_ms: s.kept.map(|k| k.finished_ms),
+        kept_until_ms: s.kept.map(|k| k.until_ms),
         queued: s.queued,
         queue_head: s.queue_head.as_deref(),
         limit: s.limit,
@@ -477,6 +495,8 @@ pub fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
                     acquired_ms: p.acquired_ms,
                     ttl_ms: p.ttl_ms,
                     fence: p.fence,
+                    finished_ms: p.kept.map(|k| k.finished_ms),
+                    kept_until_ms: p.kept.map(|k| k.until_ms),
                 })
                 .collect()
         }),
@@ -504,8 +524,9 @@ mod tests {
             to_json("redlock:k", &Status::default()),
             "{\"held\":false,\"foreign\":false,\"key\":\"redlock:k\",\"host\":null,\"pid\":null,\
              \"command\":null,\"acquired_ms\":null,\"ttl_ms\":null,\"fence\":null,\
-             \"token\":null,\"note\":null,\"paused\":null,\
-             \"queued\":0,\"queue_head\":null,\"last_run\":null,\"last_success\":null}"
+             \"token\":null,\"note\":null,\"paused\":null,\"finished_ms\":null,\
+             \"kept_until_ms\":null,\"queued\":0,\"queue_head\":null,\"last_run\":null,\
+             \"last_success\":null}"
         );
         assert_eq!(to_text("redlock:k", &Status::default()), "redlock:k: free");
     }

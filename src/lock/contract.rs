@@ -207,6 +207,9 @@ pub struct Grant {
     pub fence: u64,
     /// The lease counts from here (see the contract).
     pub counted_from: Stamp,
+    /// Servers that did not take part although the grant holds (a Redlock master down), in
+    /// words for a warning: one more such failure could stop every run. `None`: all did.
+    pub degraded: Option<String>,
 }
 
 /// The outcome of one renewal that got an answer.
@@ -238,6 +241,43 @@ pub struct Holder {
     pub acquired_ms: Option<u64>,
     /// The lock is paused (`pause`): new runs are busy until it ends.
     pub paused: Option<Paused>,
+    /// The holder's command finished and `--hold-at-least` keeps the lock: its pid is gone.
+    pub kept: Option<Kept>,
+}
+
+/// A lock whose command finished, kept by `--hold-at-least` (written by the release under
+/// the holder's token; ms since the epoch, server clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kept {
+    pub finished_ms: u64,
+    pub until_ms: u64,
+}
+
+impl Kept {
+    /// From the holder hash's `finished_ms` and `kept_until_ms`; `None` unless both are
+    /// numbers.
+    pub fn parse(finished: Option<&str>, until: Option<&str>) -> Option<Kept> {
+        Some(Kept {
+            finished_ms: finished?.parse().ok()?,
+            until_ms: until?.parse().ok()?,
+        })
+    }
+}
+
+impl Kept {
+    /// `pid 42 finished at T, kept until T' by --hold-at-least`: who is named by pid must be
+    /// told apart from a command that still runs.
+    pub fn describe(&self, pid: Option<u32>) -> String {
+        let at = |ms: u64| {
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
+        };
+        let who = pid.map_or_else(|| "its command".to_owned(), |pid| format!("pid {pid}"));
+        format!(
+            "{who} finished at {}, kept until {} by --hold-at-least",
+            at(self.finished_ms),
+            at(self.until_ms)
+        )
+    }
 }
 
 /// What `release` found.
@@ -272,6 +312,8 @@ pub struct Status {
     pub command: Option<String>,
     pub acquired_ms: Option<u64>,
     pub fence: Option<u64>,
+    /// The holder's command finished; `--hold-at-least` keeps the lock until then.
+    pub kept: Option<Kept>,
     /// Waiters queued (fair waiting), and the first of them as `host pid`.
     pub queued: u64,
     pub queue_head: Option<String>,
@@ -349,6 +391,8 @@ pub struct Permit {
     pub acquired_ms: Option<u64>,
     pub fence: Option<u64>,
     pub ttl_ms: u64,
+    /// Its command finished; `--hold-at-least` keeps the permit.
+    pub kept: Option<Kept>,
 }
 
 /// Who asks for the lock: stored beside the lock for `status` once granted.

@@ -17,14 +17,19 @@ pub struct RedisFailure {
 pub enum FailureKind {
     /// Not reachable, connection dropped, no reply in time, or busy loading.
     Unreachable,
-    /// Wrong password, or a password is required.
+    /// The password given was refused.
     Auth,
+    /// The server requires a password and none was given (NOAUTH).
+    NoPassword,
     /// The ACL user may not run scripts or touch the key.
     NoPermission,
     /// The server is a read-only replica.
     ReadOnly,
     /// The key holds something other than a lock.
     WrongType,
+    /// The lock is used with another `--limit` (or with one where this run has none, or the
+    /// other way round): a configuration error, not a Redis failure.
+    LimitMismatch,
     /// Fewer replicas than `--min-replicas` acknowledged a write in time.
     Replicas,
     /// Any other error reply.
@@ -35,13 +40,15 @@ impl RedisFailure {
     pub fn from_redis(err: &redis::RedisError, server: &str) -> Self {
         let code = script_error_code(err).unwrap_or_else(|| err.code().unwrap_or_default());
         // Redis refuses large commands from an unauthenticated client with a protocol error
-        // before it gets to say NOAUTH.
+        // before it gets to say NOAUTH. A client that was given a password logs in on
+        // connecting, or fails there (AuthenticationFailed): NOAUTH means none was given.
         let unauthenticated = err.detail().is_some_and(|d| d.contains("unauthenticated"));
-        let kind = if err.kind() == redis::ErrorKind::AuthenticationFailed
-            || matches!(code, "NOAUTH" | "WRONGPASS")
-            || unauthenticated
-        {
+        let kind = if code == "NOAUTH" || unauthenticated {
+            FailureKind::NoPassword
+        } else if err.kind() == redis::ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
             FailureKind::Auth
+        } else if code == LIMIT_MISMATCH {
+            FailureKind::LimitMismatch
         } else if code == "NOPERM" || script_acl_refusal(err) {
             FailureKind::NoPermission
         } else if code == "READONLY" {
@@ -61,12 +68,25 @@ impl RedisFailure {
         } else {
             FailureKind::Other
         };
+        let detail = match kind {
+            // The server's words for it ("Protocol error: unauthenticated multibulk length")
+            // would only mislead.
+            FailureKind::NoPassword => "NOAUTH".to_owned(),
+            // The script's message without its code: it says what differs.
+            FailureKind::LimitMismatch => err.detail().unwrap_or_default().to_owned(),
+            _ => describe(err),
+        };
         RedisFailure {
             kind,
             server: server.to_owned(),
-            detail: describe(err),
+            detail,
             maybe_sent: kind == FailureKind::Unreachable && !err.is_connection_refusal(),
         }
+    }
+
+    /// A login problem: a password refused or missing.
+    pub fn is_auth(&self) -> bool {
+        matches!(self.kind, FailureKind::Auth | FailureKind::NoPassword)
     }
 
     pub fn timeout(server: &str, what: &str) -> Self {
@@ -181,6 +201,10 @@ impl RedisFailure {
     }
 }
 
+/// The error code the acquire scripts give when the lock is used with another `--limit`
+/// (semaphore/acquire.lua, acquire.lua).
+const LIMIT_MISMATCH: &str = "LIMITMISMATCH";
+
 /// Before Redis 7.0 an error raised by a command inside a script reaches the client wrapped:
 /// `ERR Error running script (call to f_...): @user_script:50: -READONLY You can't write...`.
 /// The code of the command that failed is the one that tells what happened.
@@ -234,11 +258,27 @@ impl fmt::Display for RedisFailure {
         let detail = &self.detail;
         match self.kind {
             FailureKind::Unreachable => write!(f, "Redis at {server} is unreachable: {detail}"),
-            FailureKind::Auth => write!(
-                f,
-                "Redis at {server} refused authentication ({detail}); check the password in \
-                 the URL or --password-file"
-            ),
+            // The hint once: a failure of several servers (Redlock) quotes one that has it.
+            FailureKind::Auth => {
+                write!(f, "Redis at {server} refused authentication ({detail})")?;
+                if !detail.contains("--password-file") {
+                    f.write_str("; check the password in the URL or --password-file")?;
+                }
+                Ok(())
+            }
+            FailureKind::NoPassword => {
+                write!(
+                    f,
+                    "Redis at {server} requires a password and none was given ({detail})"
+                )?;
+                if !detail.contains("--password-file") {
+                    f.write_str(
+                        "; give it with --password-file FILE, or in the URL as \
+                         redis://:PASSWORD@host:port (percent-encode / # ? @ in it)",
+                    )?;
+                }
+                Ok(())
+            }
             FailureKind::NoPermission => write!(
                 f,
                 "Redis at {server} denied a command to this user ({detail}); the ACL must allow \
@@ -251,6 +291,7 @@ impl fmt::Display for RedisFailure {
             FailureKind::WrongType => {
                 write!(f, "Redis at {server}: {detail}; refusing to touch it")
             }
+            FailureKind::LimitMismatch => write!(f, "Redis at {server}: {detail}"),
             FailureKind::Replicas => write!(f, "Redis at {server}: {detail}"),
             FailureKind::Other => write!(f, "Redis at {server} failed: {detail}"),
         }

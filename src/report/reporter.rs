@@ -142,6 +142,14 @@ impl Reporter {
         }
     }
 
+    /// Some servers failed but the run goes on (a Redlock master down): a warning, silent
+    /// under --quiet.
+    pub fn degraded(&self, msg: impl Display) {
+        if !self.quiet {
+            self.emit(Level::Warn, "degraded", &msg.to_string());
+        }
+    }
+
     /// `--once-per` skipped the command: one line, silent under --quiet.
     pub fn skipped(&self, msg: impl Display) {
         if !self.quiet {

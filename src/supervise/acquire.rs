@@ -6,12 +6,14 @@ use std::time::Duration;
 use crate::cli::Wait;
 use crate::exit::Ending;
 use crate::lease::{Lease, Stamp};
-use crate::lock::{Attempt, Holder, HolderInfo, Lock, ReleaseNotices, ReplicaAck, Token, Waiter};
+use crate::lock::{
+    Attempt, FailureKind, Holder, HolderInfo, Lock, ReleaseNotices, ReplicaAck, Token, Waiter,
+};
 use crate::process::Signals;
 use crate::report::PauseFields;
 
 use super::backoff::Backoff;
-use super::messages::{busy_message, show_secs, wait_started_message, waiting_message};
+use super::messages::{busy_message, show_ms, show_secs, wait_started_message, waiting_message};
 use super::shared::{Held, RENEW_RETRY, Run, beside};
 
 /// With -v, how often a wait that goes on is logged (stderr not a terminal).
@@ -163,6 +165,22 @@ impl<'a, L: Lock> Acquirer<'a, L> {
             };
             match attempt {
                 Ok(Attempt::Granted(grant)) => {
+                    if let Some(degraded) = &grant.degraded {
+                        report.degraded(degraded);
+                    }
+                    // A log that said the wait began says when it ended (with -v the
+                    // supervisor's own `acquired` line does).
+                    if last_logged.is_some() && !report.verbose() {
+                        report.notice(
+                            "acquired",
+                            format!(
+                                "acquired {} after waiting {} (fence {})",
+                                lock.name(),
+                                show_ms(now.since(started)),
+                                grant.fence
+                            ),
+                        );
+                    }
                     break Ok(Held {
                         token: grant.token,
                         lease: Lease::granted(grant.counted_from, cfg.ttl, cfg.grace)
@@ -261,6 +279,10 @@ impl<'a, L: Lock> Acquirer<'a, L> {
                         () = tokio::time::sleep(nap) => {}
                         sig = signals.recv_ending() => break Err(Ending::Interrupted(sig as i32)),
                     }
+                }
+                Err(e) if e.kind == FailureKind::LimitMismatch => {
+                    report.error("config", &e);
+                    break Err(Ending::Config);
                 }
                 Err(e) => {
                     report.error("unavailable", &e);

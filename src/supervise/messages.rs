@@ -99,6 +99,16 @@ pub(super) fn tell(
     }
 }
 
+/// ` by web1 pid 42`, or ` by web1 (pid 42 finished at T, kept until T' by --hold-at-least)`
+/// once its command finished; empty when the holder is not known.
+fn by(holder: &Holder) -> String {
+    match (&holder.host, holder.pid, &holder.kept) {
+        (Some(host), pid, Some(kept)) => format!(" by {host} ({})", kept.describe(pid)),
+        (Some(host), Some(pid), None) => format!(" by {host} pid {pid}"),
+        _ => String::new(),
+    }
+}
+
 pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) -> String {
     let who = match (&holder.host, holder.pid) {
         _ if holder.paused.is_some() => format!(
@@ -106,7 +116,7 @@ pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wai
             holder.paused.as_ref().map(paused_text).unwrap_or_default(),
             place(holder)
         ),
-        (Some(host), Some(pid)) => format!(" (held by {host} pid {pid}{})", place(holder)),
+        (Some(_), Some(_)) => format!(" (held{}{})", by(holder), place(holder)),
         _ if holder.place > 0 => format!(" ({})", &place(holder)[2..]),
         _ => String::new(),
     };
@@ -154,16 +164,22 @@ pub(super) fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> St
             place(holder)
         );
     }
-    let mut who = String::new();
-    if let (Some(host), Some(pid)) = (&holder.host, holder.pid) {
-        who.push_str(&format!(" by {host} pid {pid}"));
-    }
+    let mut who = by(holder);
     if let Some(ms) = holder.acquired_ms {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
         who.push_str(&format!(" since {}", humantime::format_rfc3339_seconds(at)));
     }
     let ttl = match holder.ttl_ms {
-        Some(ms) => format!("{} left on its lease", show_ms(Duration::from_millis(ms))),
+        // Kept by --hold-at-least: nobody renews it, the lease is when it ends.
+        Some(ms) if holder.kept.is_some() => {
+            format!("free in {}", show_ms(Duration::from_millis(ms)))
+        }
+        // Not an ETA: a live holder renews its lease for as long as its command runs. The
+        // lease bounds only how long a holder that died can keep the lock.
+        Some(ms) => format!(
+            "it renews its lease while it runs; free within {} if it died",
+            show_ms(Duration::from_millis(ms))
+        ),
         None => "no TTL".to_owned(),
     };
     format!(
@@ -217,10 +233,7 @@ pub(super) fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
             waiters(ahead(holder))
         );
     }
-    let who = match (&holder.host, holder.pid) {
-        (Some(host), Some(pid)) => format!(" by {host} pid {pid}"),
-        _ => String::new(),
-    };
+    let who = by(holder);
     let ttl = match holder.ttl_ms {
         Some(ms) => format!(", {} left", show_ms(Duration::from_millis(ms))),
         None => ", and the key has no TTL (it will never expire by itself)".to_owned(),
@@ -318,8 +331,34 @@ mod tests {
         );
         assert_eq!(
             wait_started_message("redlock:k", &holder, Wait::For(Duration::from_secs(600))),
-            "lock redlock:k is held by web1 pid 42 since 1970-01-01T00:00:00Z (1s 500ms left \
-             on its lease); waiting up to 10m"
+            "lock redlock:k is held by web1 pid 42 since 1970-01-01T00:00:00Z (it renews its \
+             lease while it runs; free within 1s 500ms if it died); waiting up to 10m"
+        );
+    }
+
+    #[test]
+    fn a_holder_kept_by_hold_at_least_is_not_named_as_running() {
+        let kept = Holder {
+            ttl_ms: Some(20_000),
+            host: Some("web1".into()),
+            pid: Some(42),
+            acquired_ms: Some(0),
+            kept: Some(crate::lock::Kept {
+                finished_ms: 1_000,
+                until_ms: 60_000,
+            }),
+            ..Holder::default()
+        };
+        assert_eq!(
+            busy_message("k", &kept, Wait::For(Duration::ZERO)),
+            "lock k is busy: held by web1 (pid 42 finished at 1970-01-01T00:00:01Z, kept until \
+             1970-01-01T00:01:00Z by --hold-at-least), 20s left"
+        );
+        assert_eq!(
+            wait_started_message("k", &kept, Wait::Forever),
+            "lock k is held by web1 (pid 42 finished at 1970-01-01T00:00:01Z, kept until \
+             1970-01-01T00:01:00Z by --hold-at-least) since 1970-01-01T00:00:00Z (free in 20s); \
+             waiting with no limit"
         );
     }
 }

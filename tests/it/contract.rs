@@ -214,6 +214,27 @@ fn runs_and_releases(fx: &Fixture) {
             "--hold-at-least keeps {key} (pttl {pttl})\n{out}"
         );
     }
+    // The command has finished: `status` and a busy run say so, and until when the lock is
+    // kept, instead of naming the exited pid as if it still ran.
+    let json = fx.status("run");
+    assert_eq!(json["held"], true, "{json}");
+    let finished = json["finished_ms"].as_u64().expect("finished_ms");
+    let until = json["kept_until_ms"].as_u64().expect("kept_until_ms");
+    assert!(
+        until > finished && until - finished <= 30_000,
+        "kept until {until}, finished {finished}: {json}"
+    );
+    let text = fx.status_run("run", false);
+    let busy = fx.wrapper("run").args(["--", "true"]).run();
+    busy.expect_code(75);
+    for (what, line) in [
+        ("status", text.stdout.as_str()),
+        ("busy", busy.stderr.as_str()),
+    ] {
+        for needle in [" finished at ", ", kept until ", " by --hold-at-least"] {
+            assert!(line.contains(needle), "{what} misses {needle:?}: {line}");
+        }
+    }
 }
 
 /// A run without `--wait` meets the held lock: exit 75 with one line naming the lock and the

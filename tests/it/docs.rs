@@ -410,6 +410,40 @@ fn readme_examples_are_correct_as_written() {
     assert!(readme.contains("](Dockerfile)") && readme.contains("static build"));
 }
 
+/// What `scripts/test` may install with apt-get is what the README's set-up comment and
+/// docs/install.md say, package by package, and the README says the shells are optional.
+#[test]
+fn scripts_test_installs_what_the_readme_says() {
+    let script = read("scripts/test");
+    let packages: Vec<&str> = script
+        .split("+=(")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .collect();
+    assert!(
+        packages.len() >= 6,
+        "the packages of scripts/test not found: {packages:?}"
+    );
+    let readme = read("README.md");
+    let setup = code_blocks(&readme)[0].1.join("\n");
+    let install = read("docs/install.md");
+    for package in &packages {
+        assert!(
+            setup.contains(package),
+            "the README's set-up comment does not say scripts/test installs {package}:\n{setup}"
+        );
+        assert!(
+            install.contains(&format!("`{package}`")),
+            "docs/install.md does not say scripts/test installs {package}"
+        );
+    }
+    assert!(
+        setup.contains("apt-get update") && setup.contains("skipped"),
+        "the README's set-up comment says when apt-get runs and that the shells are optional:\n\
+         {setup}"
+    );
+}
+
 /// The two set-up commands open the README; the reference material lives in docs/ pages
 /// linked from it, every relative link (and its #anchor) resolves, and no page tells the
 /// project's own history.

@@ -131,17 +131,25 @@ fn a_mismatched_limit_is_refused() {
         .spawn();
     a.wait_for_file(&dir.path().join("held"), secs(20));
     for (args, needle) in [
-        (vec!["--limit", "2"], "is used with --limit 3, not 2"),
-        (vec![], "is used with --limit"),
+        (
+            vec!["--limit", "2"],
+            "is used with --limit 3 elsewhere and this run has --limit 2",
+        ),
+        (
+            vec![],
+            "is used with --limit elsewhere and this run has none",
+        ),
     ] {
         let out = Wrapper::on(&redis, "k")
             .args(&args)
             .sh("touch ran")
             .current_dir(dir.path())
             .run();
-        out.expect_code(69);
+        // A configuration error of its own (78), not Redis unavailable (69).
+        out.expect_code(78);
         let line = out.expect_one_line();
         assert!(line.contains(needle), "{args:?}: {line}");
+        assert!(!line.contains("WRONGTYPE"), "{args:?}: {line}");
         assert!(!dir.path().join("ran").exists());
     }
     fs::write(dir.path().join("go"), "").unwrap();
@@ -159,11 +167,13 @@ fn a_mismatched_limit_is_refused() {
         .args(["--limit", "3"])
         .sh("true")
         .run();
-    out.expect_code(69);
+    out.expect_code(78);
+    let line = out.expect_one_line();
     assert!(
-        out.expect_one_line().contains("is held as a mutex"),
+        line.contains("is held without --limit elsewhere and this run has --limit 3"),
         "{out}"
     );
+    assert!(!line.contains("WRONGTYPE"), "{out}");
     fs::write(dir.path().join("go"), "").unwrap();
     m.wait(secs(30)).expect_code(0);
 }
@@ -197,6 +207,12 @@ fn status_lists_every_holder_and_hold_at_least_keeps_a_permit() {
     // The first line lists the holders; the run record's lines follow (run_record.rs).
     let holders = text.stdout.lines().next().unwrap_or_default();
     assert_eq!(holders.matches("fence ").count(), 2, "{text}");
+    // The kept permit's command has finished: said so, not named by its pid as running.
+    assert_eq!(holders.matches(" by --hold-at-least)").count(), 1, "{text}");
+    assert!(
+        holders.contains(" finished at ") && holders.contains(", kept until "),
+        "{text}"
+    );
     let json = Wrapper::new()
         .args(["status", "--redis", &redis.url(), "--key", "k", "--json"])
         .run();
@@ -208,6 +224,14 @@ fn status_lists_every_holder_and_hold_at_least_keeps_a_permit() {
         Some(2),
         "{json}"
     );
+    let kept: Vec<&serde_json::Value> = status["holders"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|h| h["kept_until_ms"].is_u64() && h["finished_ms"].is_u64())
+        .collect();
+    assert_eq!(kept.len(), 1, "one permit kept by --hold-at-least: {json}");
+    assert_ne!(kept[0]["pid"], b.pid, "{json}");
     // One permit left: one more gets in, the next is busy.
     Wrapper::on(&redis, "k")
         .args(["--limit", "3", "--hold-at-least", "60s"])
@@ -219,6 +243,47 @@ fn status_lists_every_holder_and_hold_at_least_keeps_a_permit() {
         .sh("true")
         .run()
         .expect_code(75);
+    fs::write(dir.path().join("go"), "").unwrap();
+    b.wait(secs(30)).expect_code(0);
+}
+
+/// What a release that keeps a permit notes beside the holder's info (`TOKEN:kept`) goes
+/// with the permit when a later acquire reaps it, while another holder keeps the hash alive:
+/// only that holder's info is left.
+#[test]
+fn a_kept_permits_note_is_reaped_with_it() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let start = std::time::Instant::now();
+    Wrapper::on(&redis, "k")
+        .args(["--limit", "2", "--hold-at-least", "1s"])
+        .sh("true")
+        .run()
+        .expect_code(0);
+    let fields = redis.cli(&["HKEYS", "{redlock:k}:holders"]);
+    assert!(
+        fields.contains(":kept"),
+        "no note of the kept permit: {fields:?}"
+    );
+    let mut b = Wrapper::on(&redis, "k")
+        .args(["--limit", "2"])
+        .sh("echo $REDLOCK_TOKEN > token; touch held; i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done")
+        .current_dir(dir.path())
+        .spawn();
+    b.wait_for_file(&dir.path().join("held"), secs(20));
+    wait_until(secs(20), "the kept permit's time is over", || {
+        start.elapsed() > ms(1500)
+    });
+    Wrapper::on(&redis, "k")
+        .args(["--limit", "2"])
+        .sh("true")
+        .run()
+        .expect_code(0);
+    assert_eq!(
+        redis.cli(&["HKEYS", "{redlock:k}:holders"]),
+        read_trimmed(&dir.path().join("token")),
+        "only the running holder's info is left"
+    );
     fs::write(dir.path().join("go"), "").unwrap();
     b.wait(secs(30)).expect_code(0);
 }
@@ -390,8 +455,9 @@ fn hold_at_least_keeps_the_recorded_limit_too() {
         .run();
     assert_eq!(
         other.code(),
-        Some(69),
-        "a --limit 3 run joined a --limit 2 lock: {other}"
+        Some(78),
+        "a --limit 3 run joined a --limit 2 lock (or failed otherwise than as a mismatch): \
+         {other}"
     );
 }
 

@@ -262,8 +262,9 @@ fn verbose_announces_the_command_before_its_output() {
 }
 
 /// Waiting with stderr not a terminal (a CI log): one line says the wait began, who holds
-/// the lock and how long the wait may take; `-q` keeps it quiet. Once nothing was printed
-/// until the lock was acquired, even with -v.
+/// the lock and how long the wait may take, and one that it ended with the lock, after how
+/// long; `-q` keeps them quiet. Once nothing was printed until the lock was acquired, even
+/// with -v, and then nothing said when the wait ended without -v.
 #[test]
 fn a_wait_in_a_log_is_announced_once() {
     let redis = RedisServer::start();
@@ -272,9 +273,14 @@ fn a_wait_in_a_log_is_announced_once() {
         .args(["--wait", "10s", "--", "true"])
         .run();
     out.expect_code(0);
-    let line = out.expect_one_line();
+    out.expect_all_lines_prefixed();
+    let lines = out.stderr_lines();
     assert!(
-        line.contains("lock redlock:k is held") && line.contains("waiting up to 10s"),
+        lines.len() == 2
+            && lines[0].contains("lock redlock:k is held")
+            && lines[0].contains("waiting up to 10s")
+            && lines[1].contains("acquired redlock:k after waiting ")
+            && lines[1].contains("(fence "),
         "{out}"
     );
     redis.cli(&["SET", "redlock:k", "someone", "PX", "1500"]);

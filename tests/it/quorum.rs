@@ -43,6 +43,20 @@ fn runs_with_one_of_three_nodes_down_and_releases_the_others() {
             "node {i} kept the lock\n{out}"
         );
     }
+    // The run says which master is down (one more would stop every run), without -v...
+    let down = format!(":{}", nodes.servers[1].port());
+    let line = out.expect_one_line();
+    for needle in [
+        "a Redlock master did not take part",
+        &down,
+        "taken on 2 of 3",
+    ] {
+        assert!(line.contains(needle), "missing {needle:?}\n{out}");
+    }
+    // ...and -q silences it.
+    let quiet = nodes.wrapper("k").args(["-q", "--", "true"]).run();
+    quiet.expect_code(0);
+    assert!(quiet.stderr.is_empty(), "{quiet}");
 }
 
 #[test]

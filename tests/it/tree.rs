@@ -244,6 +244,33 @@ fn runs_that_never_hold_the_lock_leave_no_cgroup_and_no_guard() {
         pid_alive(guard),
         made[0].exists()
     );
+
+    // SIGTERM ends the wait: the wrapper removes the cgroup itself and lets the guard go.
+    // Either way the guard has finished (`pid_alive` counts a zombie as dead: an exited
+    // guard stays in `ps` as <defunct> until PID 1 reaps it, which some inits do late;
+    // docs/guarantees.md, "Wrapper killed").
+    let waiter = Wrapper::on(&redis, "k")
+        .args(["--wait", "60s", "--", "true"])
+        .spawn();
+    let pid = waiter.pid;
+    assert!(
+        poll_until(secs(20), || waiter.stderr_so_far().contains("waiting")),
+        "the waiter never said it waits\n{}",
+        waiter.describe()
+    );
+    let made = cgroups_of(pid);
+    assert_eq!(made.len(), 1, "{made:?}\n{}", waiter.describe());
+    let guard = guard_of(pid).unwrap_or_else(|| panic!("no guard\n{}", waiter.describe()));
+    let _guard = PidGuard::new(guard);
+    waiter.signal(Signal::SIGTERM);
+    let out = waiter.wait(secs(20));
+    out.expect_code(143);
+    assert!(
+        poll_until(secs(10), || !pid_alive(guard) && !made[0].exists()),
+        "after the waiter was SIGTERMed its guard ran on ({}) or its cgroup stayed ({})\n{out}",
+        pid_alive(guard),
+        made[0].exists()
+    );
 }
 
 /// The parent of `pid`, from /proc.

@@ -16,7 +16,7 @@ use super::keys::{BadName, Keys};
 use super::operator::{parse_mark, paused_from};
 use super::record::{self, Finished};
 use super::script::{Lua, ScriptCall};
-use crate::lock::{Broken, Holder, HolderInfo, Released, Waiter};
+use crate::lock::{Broken, Holder, HolderInfo, Kept, Released, Waiter};
 
 static ACQUIRE: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
@@ -251,7 +251,8 @@ pub(super) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy; `{2}` (an
+/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms, queued, place,
+/// finished_ms, kept_until_ms}` when busy; `{2}` (an
 /// attempt with a token its run cancelled) is `None`, like any reply of another shape.
 pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = reply else {
@@ -273,11 +274,15 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
                 Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
                 _ => 0,
             };
+            let kept = Kept::parse(
+                items.get(7).and_then(text).as_deref(),
+                items.get(8).and_then(text).as_deref(),
+            );
             let pause_field = |name: &str| {
                 let i = ["reason", "host", "until_ms"]
                     .iter()
                     .position(|n| *n == name)?;
-                items.get(7 + i).and_then(text)
+                items.get(9 + i).and_then(text)
             };
             Some(AcquireReply::Busy(Holder {
                 ttl_ms: u64::try_from(pttl).ok(),
@@ -287,6 +292,7 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
                 acquired_ms,
                 queued: count(5),
                 place: count(6),
+                kept,
                 paused: paused_from(pause_field),
             }))
         }

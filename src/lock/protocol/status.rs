@@ -7,7 +7,7 @@ use super::keys::Keys;
 use super::mutex::text;
 use super::operator::paused_from;
 use super::record::{self, Records};
-use crate::lock::{Permit, Status};
+use crate::lock::{Kept, Permit, Status};
 
 // Where each reply sits in the pipeline.
 const TYPE: usize = 0;
@@ -164,6 +164,10 @@ fn status_from(
         command: field("cmd"),
         acquired_ms: field("acquired_ms").and_then(|p| p.parse().ok()),
         fence: field("fence").or(fence).and_then(|f| f.parse().ok()),
+        kept: Kept::parse(
+            field("finished_ms").as_deref(),
+            field("kept_until_ms").as_deref(),
+        ),
         ..Status::default()
     }
 }
@@ -188,6 +192,13 @@ fn semaphore(replies: &[Value]) -> Option<Status> {
             .iter()
             .find(|(t, _)| *t == token)
             .map(|(_, i)| i.as_str());
+        // `TOKEN:kept`: `finished_ms<TAB>kept_until_ms`, noted by a release that keeps the
+        // permit (semaphore/release.lua).
+        let kept = infos
+            .iter()
+            .find(|(t, _)| t.strip_suffix(":kept") == Some(token.as_str()))
+            .and_then(|(_, k)| k.split_once('\t'))
+            .and_then(|(finished, until)| Kept::parse(Some(finished), Some(until)));
         let mut fields = info.unwrap_or_default().splitn(5, '\t');
         let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
         let (host, pid, acquired_ms, fence) = (next(), next(), next(), next());
@@ -208,6 +219,7 @@ fn semaphore(replies: &[Value]) -> Option<Status> {
             command: command.filter(|c| !c.is_empty()),
             note: note.filter(|n| !n.is_empty()),
             ttl_ms: ends - now_ms,
+            kept,
         });
     }
     let Some(limit) = replies
@@ -308,7 +320,12 @@ mod tests {
             Value::Array(vec![bulk("x w2 8")]),
             Value::Int(1),
             Value::Array(vec![bulk("t1"), bulk("1500"), bulk("t2"), bulk("9000")]),
-            Value::Array(vec![bulk("t2"), bulk("web1\t7\t1000\t11\tsleep 1")]),
+            Value::Array(vec![
+                bulk("t2"),
+                bulk("web1\t7\t1000\t11\tsleep 1"),
+                bulk("t2:kept"),
+                bulk("1500\t9000"),
+            ]),
             bulk("3"),
             Value::Array(vec![bulk("2"), bulk("0")]),
         ];
@@ -328,6 +345,10 @@ mod tests {
                 command: Some("sleep 1".into()),
                 note: None,
                 ttl_ms: 7000,
+                kept: Some(Kept {
+                    finished_ms: 1500,
+                    until_ms: 9000,
+                }),
             }]
         );
     }

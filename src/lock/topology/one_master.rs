@@ -183,6 +183,7 @@ impl<R: Route> OneMaster<R> {
                     token: token.clone(),
                     fence,
                     counted_from,
+                    degraded: None,
                 }))
             }
             Some(AcquireReply::Busy(holder)) => Ok(Attempt::Busy(holder)),

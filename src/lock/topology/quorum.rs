@@ -242,6 +242,23 @@ impl Quorum {
         )
     }
 
+    /// A grant on `granted` nodes while `failures` did not answer: says which and what they
+    /// answered, and how close the quorum came to failing (a node that is busy, holding a
+    /// stale key, is not down and not named).
+    fn degraded(&self, granted: usize, failures: &[RedisFailure]) -> Option<String> {
+        let first = failures.first()?;
+        let others = match failures.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        Some(format!(
+            "a Redlock master did not take part{others}: {first}; the lock was taken on {granted} \
+             of {} masters ({} needed)",
+            self.n(),
+            self.quorum
+        ))
+    }
+
     /// Each node's bound for one acquire or write-back: short, so that a frozen node costs
     /// little of the lease, and together they leave a quarter of `within` for the take-back.
     fn node_bound(ttl: Duration, within: Duration) -> Duration {
@@ -571,6 +588,7 @@ impl Lock for Quorum {
                     token: token.clone(),
                     fence,
                     counted_from,
+                    degraded: self.degraded(fences.len(), &failures),
                 }));
             }
             if raised < self.quorum {
@@ -1165,6 +1183,11 @@ pub fn quorum_view(nodes: &[NodeStatus], quorum: usize) -> Status {
         token: first.token.clone(),
         note: first.note.clone(),
         paused,
+        // The command finished once; nodes' clocks and reply times differ a little.
+        kept: group
+            .iter()
+            .filter_map(|s| s.kept)
+            .min_by_key(|k| k.until_ms),
         ..Status::default()
     }
 }

@@ -273,7 +273,7 @@ impl Sentinel {
         let shown = format!("sentinel {}", addr(host, port));
         let failure = |e: redis::RedisError| {
             let f = RedisFailure::from_redis(&e, &shown).not_sent();
-            if f.kind == FailureKind::Auth {
+            if f.is_auth() {
                 f.with_hint(" (a sentinel's own login comes from sentinel_username and sentinel_password or sentinel_password_file in the URL)")
             } else {
                 f
@@ -386,7 +386,7 @@ impl Sentinel {
         // not worth another try.
         let any = |kind| failures.iter().any(|f| f.kind == kind);
         let mut failure = RedisFailure::unexpected(&self.shown, detail).not_sent();
-        failure.kind = if any(FailureKind::Auth) {
+        failure.kind = if failures.iter().any(RedisFailure::is_auth) {
             FailureKind::Auth
         } else if any(FailureKind::NoPermission) {
             FailureKind::NoPermission

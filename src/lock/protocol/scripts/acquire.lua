@@ -7,10 +7,12 @@
 -- ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not wait: never
 -- queues), how long a waiter's place is kept without a new attempt (ms); then the pause key
 -- and the holder's note ('' = none).
--- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place} when
--- busy (pttl -2: the lock is free but waiters come first; queued: waiters in the queue;
--- place: this waiter's place in it, 1 = next, 0 = not queued; while the lock is paused, then
--- also the pause's reason, host and end, ms); {2} for an attempt that was
+-- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place,
+-- finished_ms, kept_until_ms} when busy (pttl -2: the lock is free but waiters come first;
+-- queued: waiters in the queue; place: this waiter's place in it, 1 = next, 0 = not queued;
+-- finished_ms and kept_until_ms '' unless the holder's command finished and --hold-at-least
+-- keeps the lock; while the lock is paused, then also the pause's reason, host and end, ms);
+-- {2} for an attempt that was
 -- cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
 -- (reach.lua).
 -- Every check that can fail runs before the first write: a script that errors half-way
@@ -50,8 +52,10 @@ if not none_queued and here(cancelled) and redis.call('SISMEMBER', cancelled, to
 end
 
 if kind == 'zset' then
-  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
-    ' is used with --limit (several holders); use the same --limit as its other users')
+  -- LIMITMISMATCH: a configuration error, told apart from a Redis failure (lock/error.rs).
+  return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
+    ' is used with --limit elsewhere and this run has none; give every user of a lock the' ..
+    ' same --limit (nothing was changed)')
 elseif kind ~= 'none' and kind ~= 'string' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end
@@ -100,11 +104,13 @@ local function busy()
   end
   -- Report who holds it, but only if the holder info belongs to the current value:
   -- a lock taken by another client on a raw key has no (or stale) holder info.
-  local host, pid, since = '', '', ''
+  local host, pid, since, finished, kept_until = '', '', '', '', ''
   if value then
-    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms')
+    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms',
+      'finished_ms', 'kept_until_ms')
     if type(info) == 'table' and not info.err and info[1] == value then
       host, pid, since = info[2] or '', info[3] or '', info[4] or ''
+      finished, kept_until = info[5] or '', info[6] or ''
     end
   end
   local queued = 0
@@ -113,11 +119,12 @@ local function busy()
   elseif not none_queued and here(queue) then
     queued = redis.call('ZCARD', queue)
   end
-  local reply = {0, redis.call('PTTL', lock), host, pid, since, queued, place}
+  local reply = {0, redis.call('PTTL', lock), host, pid, since, queued, place, finished,
+    kept_until}
   -- A run held off by a holder hears of the pause too: it is busy after that holder.
   paused = paused or paused_now()
   if paused then
-    reply[8], reply[9], reply[10] = paused[1], paused[2], paused[3]
+    reply[10], reply[11], reply[12] = paused[1], paused[2], paused[3]
   end
   return reply
 end

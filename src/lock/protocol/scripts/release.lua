@@ -3,7 +3,8 @@
 -- announce ('0': do not announce the release: a take-back of a grant on a minority of
 -- Redlock nodes, where the lock was never free, would only wake the waiters, this run among
 -- them). The announcement names the waiter to wake (wake.lua).
--- keep > 0 (--hold-at-least): leave the lock to expire after keep ms instead of deleting it.
+-- keep > 0 (--hold-at-least): leave the lock to expire after keep ms instead of deleting it,
+-- and note in the holder info when the command finished and until when the lock is kept.
 -- With a run record: then 'creating' (ScriptCall::creating) and, from ARGV[9], the record to
 -- write while the token still holds (record.lua).
 -- Returns 1 released, 0 held by another value, -1 already gone; TRYAGAIN (reach.lua).
@@ -29,6 +30,14 @@ write_record(9, ARGV[8])
 if keep > 0 then
   redis.call('PEXPIRE', lock, keep)
   if here(holder) then
+    -- The command finished: `status` and a busy reply say so, and until when the lock is
+    -- kept, rather than name a pid that has exited. Only in our own holder info.
+    if redis.call('TYPE', holder).ok == 'hash' and redis.call('HGET', holder, 'token') == token then
+      local t = redis.call('TIME')
+      local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      redis.call('HSET', holder, 'finished_ms', string.format('%.0f', now_ms),
+        'kept_until_ms', string.format('%.0f', now_ms + keep))
+    end
     redis.call('PEXPIRE', holder, keep)
   end
 else

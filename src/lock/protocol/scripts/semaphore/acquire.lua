@@ -9,7 +9,7 @@
 -- host, pid, command, waiter id ('' = does not wait), how long a waiter's place is kept (ms),
 -- limit.
 -- Returns as the mutex's acquire.lua: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
--- place} with the holder whose lease ends first (pttl -2: a permit is free but waiters come
+-- place, finished_ms, kept_until_ms} with the holder whose lease ends first (pttl -2: a permit is free but waiters come
 -- first); {2} for a cancelled attempt; TRYAGAIN (reach.lua).
 -- Every check that can fail runs before the first write.
 --
@@ -35,8 +35,10 @@ if here(cancelled) and redis.call('SISMEMBER', cancelled, token) == 1 then
 end
 
 if kind == 'string' then
-  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
-    ' is held as a mutex (without --limit); use the same --limit as its other users')
+  -- LIMITMISMATCH: a configuration error, told apart from a Redis failure (lock/error.rs).
+  return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
+    ' is held without --limit elsewhere and this run has --limit ' .. ARGV[15] ..
+    '; give every user of a lock the same --limit (nothing was changed)')
 elseif kind ~= 'none' and kind ~= 'zset' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
 end
@@ -57,8 +59,9 @@ if kind == 'zset' then
       ' holds a sorted set that is not a redlock-run --limit lock; refusing to touch it')
   end
   if tonumber(recorded) ~= limit then
-    return redis.error_reply('WRONGTYPE the lock ' .. lock .. ' is used with --limit ' ..
-      recorded .. ', not ' .. ARGV[15] .. '; use the same --limit as its other users')
+    return redis.error_reply('LIMITMISMATCH the lock ' .. lock .. ' is used with --limit ' ..
+      recorded .. ' elsewhere and this run has --limit ' .. ARGV[15] ..
+      '; give every user of a lock the same --limit (nothing was changed)')
   end
 end
 -- nil while the counter is out of reach.
@@ -79,6 +82,12 @@ if #ended > 0 then
   redis.call('ZREM', lock, unpack(ended))
   if here(holders) then
     redis.call('HDEL', holders, unpack(ended))
+    -- And what release.lua noted of those kept by --hold-at-least.
+    local kept = {}
+    for i, token in ipairs(ended) do
+      kept[i] = token .. ':kept'
+    end
+    redis.call('HDEL', holders, unpack(kept))
   end
   -- The set may be gone now, and where it was out of reach for anything else, it cannot be
   -- created again.
@@ -111,22 +120,26 @@ local function busy(free, paused)
   local queued = here(queue) and redis.call('ZCARD', queue) or 0
   paused = paused or paused_now()
   if paused and free then
-    return {0, -2, '', '', '', queued, place, paused[1], paused[2], paused[3]}
+    return {0, -2, '', '', '', queued, place, '', '', paused[1], paused[2], paused[3]}
   end
   if free then
     return {0, -2, '', '', '', queued, place}
   end
   -- The holder whose lease ends first: the earliest a permit frees up by itself.
   local first = redis.call('ZRANGE', lock, 0, 0, 'WITHSCORES')
-  local host, pid, since = '', '', ''
+  local host, pid, since, finished, kept_until = '', '', '', '', ''
   local info = here(holders) and redis.call('HGET', holders, first[1])
   if info then
     host, pid, since = string.match(info, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t')
+    local kept = redis.call('HGET', holders, first[1] .. ':kept')
+    if kept then
+      finished, kept_until = string.match(kept, '^(%d+)\t(%d+)$')
+    end
   end
   local reply = {0, math.max(tonumber(first[2]) - now_ms, 0), host or '', pid or '',
-    since or '', queued, place}
+    since or '', queued, place, finished or '', kept_until or ''}
   if paused then
-    reply[8], reply[9], reply[10] = paused[1], paused[2], paused[3]
+    reply[10], reply[11], reply[12] = paused[1], paused[2], paused[3]
   end
   return reply
 end

@@ -1,7 +1,9 @@
 -- Give back our permit; never touch another holder's.
 -- KEYS: lock (zset). ARGV: holders, limit key, release channel; then token, keep ms, limit,
 -- creating (see renew.lua); then, from ARGV[8], the run record to write (record.lua).
--- keep > 0 (--hold-at-least): the permit stays taken for keep ms more instead.
+-- keep > 0 (--hold-at-least): the permit stays taken for keep ms more instead, and the
+-- holders hash notes, as `TOKEN:kept` = `finished_ms<TAB>kept_until_ms`, that its command
+-- finished.
 -- Returns 1 released, -1 already gone (our lease ended; the permit may be someone else's);
 -- TRYAGAIN (reach.lua).
 -- Only the set decides; keys out of reach (a migration) keep their own TTL, and the limit is
@@ -28,6 +30,12 @@ end
 write_record(8, ARGV[7])
 if keep > 0 then
   redis.call('ZADD', lock, 'XX', string.format('%.0f', now_ms + keep), token)
+  -- The command finished: `status` and a busy reply say so (beside our info, under a field
+  -- no token can be; reaped with the permit by acquire.lua).
+  if holders_kind and redis.call('HEXISTS', holders, token) == 1 then
+    redis.call('HSET', holders, token .. ':kept',
+      string.format('%.0f', now_ms) .. '\t' .. string.format('%.0f', now_ms + keep))
+  end
   keep_for_longest_lease(lock, holders, limit_key, ARGV[6], now_ms, ARGV[7])
 else
   -- Ours is the last permit: nothing is left to keep the limit for. (Counted before the
