@@ -132,7 +132,7 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -l replica-time
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s c -l command -x -d 'Run SHELL_STRING with /bin/sh -c instead of a COMMAND after --'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l record-args -d 'Show the command\'s arguments in the holder record (see status) and in messages. Off: the program name only, as anyone who can read Redis can read the record'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l metrics-file -r -F -d 'After every run, write its metrics for Prometheus to FILE (node_exporter textfile format, replaced atomically; several keys may share one file)'
-complete -c redlock-run -n '__fish_redlock_run_in options value' -l ping -x -d 'Ping a cron monitor (healthchecks.io protocol): URL/start when the command starts, URL on success, URL/<exit code> on failure, URL/log for a busy or skipped run'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -l ping -x -d 'Ping a cron monitor (healthchecks.io protocol): URL/start when the command starts, URL on success, URL/<exit code> on failure, URL/log for a busy or skipped run. HTTPS trusts the system\'s CAs, or those in SSL_CERT_FILE; proxies come from https_proxy, http_proxy and no_proxy'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l ping-output -x -d 'Send the last N lines of the command\'s output (stdout and stderr) with the final ping [default: none]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s q -l quiet -d 'Print nothing for a busy lock'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s v -l verbose -d 'Report the acquire, renewals and the release'
