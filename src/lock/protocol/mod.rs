@@ -41,6 +41,7 @@ pub mod mutex;
 pub mod record;
 mod script;
 pub mod semaphore;
+mod sha1;
 pub mod status;
 
 use std::time::Duration;
