@@ -698,7 +698,9 @@ pub struct RunArgs {
     pub metrics_file: Option<PathBuf>,
 
     /// Ping a cron monitor (healthchecks.io protocol): URL/start when the command starts, URL
-    /// on success, URL/<exit code> on failure, URL/log for a busy or skipped run.
+    /// on success, URL/<exit code> on failure, URL/log for a busy or skipped run. HTTPS trusts
+    /// the system's CAs, or those in SSL_CERT_FILE; proxies come from https_proxy, http_proxy
+    /// and no_proxy.
     #[arg(
         long,
         env = "REDLOCK_PING",

@@ -7,10 +7,12 @@
 //! redirects, chunked bodies or HTTP/2, and the crates that do all that (hyper and
 //! hyper-util, ureq, reqwest) would add far more code to every run's binary than the ~150
 //! lines here. HTTPS uses the rustls (ring) the binary already links for `rediss://`, with
-//! the system's CA certificates (`SSL_CERT_FILE` and `SSL_CERT_DIR` respected). A proxy is
-//! taken from `https_proxy`/`HTTPS_PROXY` (HTTPS, through CONNECT) or `http_proxy`/
-//! `HTTP_PROXY` (plain HTTP), unless `no_proxy`/`NO_PROXY` names the host; the proxy itself
-//! is reached over plain HTTP, without credentials.
+//! the system's CA certificates, or those of `SSL_CERT_FILE`/`SSL_CERT_DIR` instead (the
+//! convention of curl and OpenSSL; `--tls-ca-cert` is the Redis servers' CA, not the
+//! monitor's). A proxy is taken from `https_proxy`/`HTTPS_PROXY` (HTTPS, through CONNECT) or
+//! `http_proxy`/`HTTP_PROXY` (plain HTTP, absolute-form), unless `no_proxy`/`NO_PROXY` names
+//! the host; the proxy itself is reached over plain HTTP, without credentials. A CONNECT
+//! tunnel costs ~30 lines here, where the HTTP libraries would bring their own stack.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -32,7 +34,7 @@ const MOST_HEAD: usize = 8192;
 
 /// POST `body` to `target` (path and query) of `url`; the reply's status code.
 pub fn post(url: &PingUrl, target: &str, body: &[u8], deadline: Instant) -> Result<u16, String> {
-    let proxy = proxy_for(url);
+    let proxy = proxy_for(url)?;
     let (host, port) = match &proxy {
         Some((h, p)) => (h.as_str(), *p),
         None => (url.host.as_str(), url.port),
@@ -163,29 +165,51 @@ fn tunnel(
     }
 }
 
-/// The proxy from the environment for `url`, unless `no_proxy` names its host.
-fn proxy_for(url: &PingUrl) -> Option<(String, u16)> {
-    let var = |names: [&str; 2]| {
-        names
-            .into_iter()
-            .find_map(|n| std::env::var(n).ok().filter(|v| !v.trim().is_empty()))
+/// The proxy from the environment for `url`, unless `no_proxy` names its host. A proxy this
+/// client cannot use (another scheme, credentials) fails the ping rather than going around
+/// it: where a proxy is set, the direct way is usually closed. The variable's value is never
+/// shown (it may hold a password).
+fn proxy_for(url: &PingUrl) -> Result<Option<(String, u16)>, String> {
+    let var = |names: [&'static str; 2]| {
+        names.into_iter().find_map(|n| {
+            std::env::var(n)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| (n, v))
+        })
     };
-    let proxy = match url.scheme {
+    let Some((name, proxy)) = (match url.scheme {
         Scheme::Https => var(["https_proxy", "HTTPS_PROXY"]),
         Scheme::Http => var(["http_proxy", "HTTP_PROXY"]),
-    }?;
-    if let Some(no) = var(["no_proxy", "NO_PROXY"])
+    }) else {
+        return Ok(None);
+    };
+    if let Some((_, no)) = var(["no_proxy", "NO_PROXY"])
         && no.split(',').map(str::trim).any(|n| {
             let n = n.trim_start_matches('.');
             n == "*" || (!n.is_empty() && (url.host == n || url.host.ends_with(&format!(".{n}"))))
         })
     {
-        return None;
+        return Ok(None);
     }
-    let rest = proxy.trim().strip_prefix("http://").unwrap_or(proxy.trim());
+    let proxy = proxy.trim();
+    let rest = match proxy.split_once("://") {
+        None => proxy,
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+        Some(_) => return Err(format!("{name}: only an http:// proxy is supported")),
+    };
     let authority = rest.split('/').next().unwrap_or_default();
-    let parsed = PingUrl::parse(&format!("http://{authority}/")).ok()?;
-    Some((parsed.host, parsed.port))
+    if authority.contains('@') {
+        return Err(format!(
+            "{name}: a proxy with a user or password is not supported"
+        ));
+    }
+    match PingUrl::parse(&format!("http://{authority}/")) {
+        Ok(parsed) => Ok(Some((parsed.host, parsed.port))),
+        Err(_) => Err(format!(
+            "{name}: not a proxy address (give http://HOST:PORT)"
+        )),
+    }
 }
 
 /// A stream whose reads and writes can be bounded.

@@ -92,6 +92,13 @@ impl<'a> Observer<'a> {
     /// After the release: the `finished` event, the metrics file, the final ping (waited for
     /// at most `ping::EXIT_BOUND`). Problems are warnings.
     pub(super) fn finish(self, outcome: &Outcome, ending: Ending, report: &Reporter) {
+        if !report.verbose()
+            && self.cfg.observe.metrics_file.is_none()
+            && self.pinger.borrow().is_none()
+        {
+            // Nobody asked: no summary line (a host name lookup and formatting) per run.
+            return;
+        }
         let run = observe::Run {
             key: self.cfg.target.key.clone(),
             outcome: observed(outcome),

@@ -45,7 +45,10 @@
 //!   `prometheus_client` when installed) after failed, successful, skipped and busy runs, two
 //!   keys in one file under a reader that never sees half a file; `--ping` against a local
 //!   HTTP server (the pings in order, `/log` for busy, no output without `--ping-output`), a
-//!   monitor that refuses or never answers; bad paths and URLs exit 2 before Redis.
+//!   monitor that refuses or never answers; bad paths and URLs exit 2 before Redis; HTTPS
+//!   pings to a Python server with the test CA (`SSL_CERT_FILE`; an untrusted one warns),
+//!   through a Python proxy (CONNECT, absolute-form, `no_proxy`); and the metrics' last
+//!   success from the run record on Sentinel, Cluster and Redlock.
 //! - `split_keys`: a lock's keys split between the two nodes of a stalled slot migration for
 //!   longer than a lease (a lost `--limit` key is written again by the next renewal), and a
 //!   slot moved key by key there and back under contention.

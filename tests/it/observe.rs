@@ -645,3 +645,392 @@ fn a_monitor_that_is_down_is_a_warning_within_the_bound() {
         "the check's path is shown: {out}"
     );
 }
+
+/// A small HTTPS monitor or HTTP proxy in Python on a loopback port, writing the first line
+/// of every request it gets to a log (one line each; `TLS-FAILED` when a handshake fails).
+/// The proxy tunnels `CONNECT host:port` and forwards absolute-form requests, as a real one
+/// does, so the pings that pass through it reach their monitor.
+const PY_SERVER: &str = r#"
+import socket, ssl, sys, threading, time
+mode, log = sys.argv[1], sys.argv[2]
+lock = threading.Lock()
+def record(line):
+    with lock, open(log, 'a') as f:
+        f.write(line + '\n')
+def read_head(conn):
+    data = b''
+    while b'\r\n\r\n' not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    head, _, rest = data.partition(b'\r\n\r\n')
+    return head.decode('latin-1'), rest
+def monitor(conn):
+    head, rest = read_head(conn)
+    lines = head.split('\r\n')
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(':')
+        if name.strip().lower() == 'content-length':
+            length = int(value)
+    while len(rest) < length:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        rest += chunk
+    record(lines[0])
+    conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nOK')
+def pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            b.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+def proxy(conn):
+    head, rest = read_head(conn)
+    lines = head.split('\r\n')
+    record(lines[0])
+    method, target, version = lines[0].split(' ')
+    if method == 'CONNECT':
+        host, port = target.rsplit(':', 1)
+        up = socket.create_connection((host, int(port)), timeout=30)
+        conn.sendall(b'HTTP/1.1 200 Connection established\r\n\r\n')
+        up.sendall(rest)
+    else:
+        authority, _, path = target.split('://', 1)[1].partition('/')
+        host, port = authority.rsplit(':', 1)
+        up = socket.create_connection((host, int(port)), timeout=30)
+        lines[0] = method + ' /' + path + ' ' + version
+        up.sendall(('\r\n'.join(lines) + '\r\n\r\n').encode('latin-1') + rest)
+    back = threading.Thread(target=pipe, args=(up, conn), daemon=True)
+    back.start()
+    pipe(conn, up)
+    back.join(30)
+    up.close()
+srv = socket.socket()
+srv.bind(('127.0.0.1', 0))
+srv.listen(64)
+if mode == 'https':
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[3], sys.argv[4])
+def handle(conn):
+    conn.settimeout(30)
+    try:
+        if mode == 'https':
+            try:
+                conn = ctx.wrap_socket(conn, server_side=True)
+            except OSError:
+                record('TLS-FAILED')
+                return
+            monitor(conn)
+        else:
+            proxy(conn)
+    except (OSError, ValueError) as e:
+        record('ERROR ' + type(e).__name__)
+    finally:
+        conn.close()
+# Bounded: gone after five minutes even if the test that started it never ends.
+threading.Thread(target=lambda: (time.sleep(300), sys.exit()), daemon=True).start()
+print(srv.getsockname()[1], flush=True)
+srv.settimeout(300)
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=handle, args=(c,), daemon=True).start()
+"#;
+
+/// A [`PY_SERVER`] process, killed on drop.
+struct PyServer {
+    child: std::process::Child,
+    port: u16,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl PyServer {
+    /// `mode` is `https` (then `extra` is the certificate and key files) or `proxy`.
+    fn start(mode: &str, extra: &[&Path]) -> PyServer {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("requests");
+        std::fs::write(&log, "").unwrap();
+        let mut child = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(PY_SERVER)
+            .arg(mode)
+            .arg(&log)
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 for the test's HTTPS server and proxy");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("python server did not start: {line:?}"));
+        PyServer {
+            child,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// The first lines of the requests so far, and forgets them.
+    fn take(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.log).unwrap();
+        std::fs::write(&self.log, "").unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    /// The request lines' targets without the query (`/check/start`), or the line itself.
+    fn take_paths(&self) -> Vec<String> {
+        self.take()
+            .iter()
+            .map(|l| match l.split(' ').nth(1) {
+                Some(target) => target.split('?').next().unwrap().to_owned(),
+                None => l.clone(),
+            })
+            .collect()
+    }
+}
+
+impl Drop for PyServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// No proxy from the test's own environment: the lower-case names are read first, and an
+/// empty value counts as unset.
+fn without_proxies(w: Wrapper) -> Wrapper {
+    w.env("https_proxy", "")
+        .env("http_proxy", "")
+        .env("no_proxy", "")
+}
+
+/// HTTPS pings over the rustls the binary has: trusted through `SSL_CERT_FILE` (a private CA),
+/// and a monitor whose certificate is not trusted is a warning that leaves the exit code as
+/// it is (and gets no request: nothing is sent over a connection that was not verified).
+#[test]
+fn https_pings_trust_the_ca_in_ssl_cert_file_and_an_untrusted_monitor_is_a_warning() {
+    let redis = RedisServer::start();
+    let pki = crate::common::tls::Pki::new();
+    let monitor = PyServer::start("https", &[&pki.path("server.crt"), &pki.path("server.key")]);
+    let url = format!("https://127.0.0.1:{}/check", monitor.port);
+    let run = |ca: &Path, cmd: &str| {
+        without_proxies(Wrapper::on(&redis, "tls-ping"))
+            .env("SSL_CERT_FILE", ca)
+            .args(["--ping", &url, "--", "sh", "-c", cmd])
+            .run()
+    };
+
+    let out = run(&pki.ca(), "exit 0");
+    out.expect_code(0);
+    assert!(!out.stderr.contains("ping-failed"), "{out}");
+    assert_eq!(monitor.take_paths(), ["/check/start", "/check"], "{out}");
+
+    let out = run(&pki.ca(), "exit 3");
+    out.expect_code(3);
+    assert_eq!(monitor.take_paths(), ["/check/start", "/check/3"], "{out}");
+
+    // Signed by a CA the wrapper was not told to trust.
+    let out = run(&pki.path("other-ca.crt"), "exit 3");
+    out.expect_code(3);
+    out.expect_stderr_contains("certificate");
+    assert!(
+        !out.stderr.contains("/check"),
+        "the check's path is shown: {out}"
+    );
+    // The server notes the failed handshake once the client has gone.
+    let mut seen = Vec::new();
+    poll_until(Duration::from_secs(10), || {
+        seen.extend(monitor.take());
+        seen.len() >= 2
+    });
+    assert!(
+        !seen.is_empty() && seen.iter().all(|l| l == "TLS-FAILED"),
+        "a request went over an unverified connection: {seen:?}\n{out}"
+    );
+}
+
+/// `http_proxy` (absolute-form requests), `https_proxy` (a CONNECT tunnel; TLS with the
+/// monitor itself, through it) and `no_proxy` (straight to the monitor).
+#[test]
+fn pings_go_through_the_proxy_from_the_environment_unless_no_proxy_names_the_host() {
+    let redis = RedisServer::start();
+    let proxy = PyServer::start("proxy", &[]);
+    let proxy_url = format!("http://127.0.0.1:{}", proxy.port);
+
+    // Plain HTTP: the proxy gets the whole URL and forwards it.
+    let plain = Server::start(Monitor::Answers);
+    let out = Wrapper::on(&redis, "proxied")
+        .env("http_proxy", &proxy_url)
+        .env("no_proxy", "")
+        .args(["--ping", &plain.url(), "--", "true"])
+        .run();
+    out.expect_code(0);
+    assert!(!out.stderr.contains("ping-failed"), "{out}");
+    let origin = format!("http://127.0.0.1:{}/ping/check-1", plain.port);
+    let through: Vec<String> = proxy.take();
+    assert_eq!(through.len(), 2, "{through:?}");
+    assert!(
+        through[0].starts_with(&format!("POST {origin}/start?rid="))
+            && through[1].starts_with(&format!("POST {origin}?rid=")),
+        "{through:?}"
+    );
+    assert_eq!(plain.take_paths(), ["/ping/check-1/start", "/ping/check-1"]);
+
+    // HTTPS: a tunnel to the monitor's host and port; the proxy sees nothing else.
+    let pki = crate::common::tls::Pki::new();
+    let secure = PyServer::start("https", &[&pki.path("server.crt"), &pki.path("server.key")]);
+    let out = Wrapper::on(&redis, "proxied")
+        .env("https_proxy", &proxy_url)
+        .env("no_proxy", "")
+        .env("SSL_CERT_FILE", pki.ca())
+        .args([
+            "--ping",
+            &format!("https://127.0.0.1:{}/check", secure.port),
+        ])
+        .args(["--", "sh", "-c", "exit 5"])
+        .run();
+    out.expect_code(5);
+    assert!(!out.stderr.contains("ping-failed"), "{out}");
+    let tunnel = format!("CONNECT 127.0.0.1:{} HTTP/1.1", secure.port);
+    assert_eq!(
+        proxy.take(),
+        [tunnel.clone(), tunnel],
+        "two pings, two tunnels"
+    );
+    assert_eq!(secure.take_paths(), ["/check/start", "/check/5"]);
+
+    // no_proxy names the host: straight to the monitor, the proxy sees nothing.
+    let out = Wrapper::on(&redis, "proxied")
+        .env("http_proxy", &proxy_url)
+        .env("no_proxy", "example.org, 127.0.0.1")
+        .args(["--ping", &plain.url(), "--", "true"])
+        .run();
+    out.expect_code(0);
+    assert_eq!(proxy.take(), Vec::<String>::new(), "{out}");
+    assert_eq!(plain.take_paths(), ["/ping/check-1/start", "/ping/check-1"]);
+
+    // A proxy this client cannot use is a warning naming the variable (never its value,
+    // which may hold a password), not a way around it; the exit code stands.
+    for (value, needle) in [
+        ("socks5://127.0.0.1:9", "only an http:// proxy"),
+        ("http://user:secret@127.0.0.1:9", "user or password"),
+    ] {
+        let out = Wrapper::on(&redis, "proxied")
+            .env("http_proxy", value)
+            .env("no_proxy", "")
+            .args(["--ping", &plain.url(), "--", "sh", "-c", "exit 4"])
+            .run();
+        out.expect_code(4);
+        out.expect_stderr_contains("http_proxy");
+        out.expect_stderr_contains(needle);
+        assert!(!out.stderr.contains("secret"), "{out}");
+        let direct = plain.take();
+        assert!(
+            direct.is_empty(),
+            "went around the proxy: {direct:?}\n{out}"
+        );
+    }
+}
+
+/// The run record's last success (`ended_at`) in seconds since 1970, from `status --json`.
+fn recorded_success(w: Wrapper) -> f64 {
+    let out = w.args(["status", "--json"]).run();
+    out.expect_code(0);
+    let status = parse_json(out.stdout.trim());
+    let ended = status["last_success"]["ended_at"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no last success in {status}"));
+    let at: jiff::Timestamp = ended.parse().unwrap();
+    at.as_millisecond() as f64 / 1000.0
+}
+
+/// On any topology: a success on "another host" (a run without this host's metrics file)
+/// is the job's last success in this host's file, read by a run that `--once-per` skipped
+/// and by one that failed (the record read after the release); the skipped run pings `/log`.
+fn last_success_comes_from_the_run_record(w: impl Fn() -> Wrapper) {
+    let dir = scratch();
+    let file = dir.path().join("job.prom");
+    let monitor = Server::start(Monitor::Answers);
+    w().args(["--once-per", "day", "--", "true"])
+        .run()
+        .expect_code(0);
+    let success = recorded_success(w());
+
+    let skipped = w()
+        .args(["--once-per", "day", "--metrics-file"])
+        .arg(&file)
+        .args(["--ping", &monitor.url(), "--", "sh", "-c", "touch ran"])
+        .current_dir(dir.path())
+        .run();
+    skipped.expect_code(0);
+    assert!(!dir.path().join("ran").exists(), "{skipped}");
+    let m = read_metrics(&file);
+    let key = "redlock:k";
+    assert_eq!(runs(&m, key, "skipped"), 1.0, "{skipped}");
+    assert_eq!(runs(&m, key, "succeeded"), 0.0, "{skipped}");
+    let last = |m: &BTreeMap<Series, f64>| {
+        get(
+            m,
+            "redlock_run_last_success_timestamp_seconds",
+            &[("key", key)],
+        )
+    };
+    assert!(
+        last(&m).is_some_and(|s| (s - success).abs() < 0.0015),
+        "{:?} vs the record's {success}\n{skipped}",
+        last(&m)
+    );
+    assert_eq!(monitor.take_paths(), ["/ping/check-1/log"]);
+
+    // Another success elsewhere, then a failure here: the record read after the release.
+    w().args(["--", "true"]).run().expect_code(0);
+    let newer = recorded_success(w());
+    assert!(newer > success, "{newer} {success}");
+    w().args(["--metrics-file"])
+        .arg(&file)
+        .args(["--", "sh", "-c", "exit 3"])
+        .run()
+        .expect_code(3);
+    let m = read_metrics(&file);
+    assert_eq!(runs(&m, key, "failed"), 1.0);
+    assert!(
+        last(&m).is_some_and(|s| (s - newer).abs() < 0.0015),
+        "{:?} vs the record's {newer}",
+        last(&m)
+    );
+}
+
+#[test]
+fn sentinel_metrics_last_success_from_the_run_record() {
+    let set = crate::common::sentinel::SentinelSet::start(1);
+    last_success_comes_from_the_run_record(|| set.wrapper("k"));
+}
+
+#[test]
+fn cluster_metrics_last_success_from_the_run_record() {
+    let cluster = crate::common::cluster::Cluster::start(3, 0);
+    last_success_comes_from_the_run_record(|| cluster.wrapper("k"));
+}
+
+#[test]
+fn redlock_metrics_last_success_from_the_run_record() {
+    let nodes = crate::common::quorum::Nodes::start(3);
+    last_success_comes_from_the_run_record(|| nodes.wrapper("k"));
+}

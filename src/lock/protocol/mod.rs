@@ -48,6 +48,7 @@ pub mod operator;
 pub mod record;
 mod script;
 pub mod semaphore;
+mod sha1;
 pub mod status;
 
 use std::time::Duration;

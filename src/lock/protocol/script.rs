@@ -1,26 +1,25 @@
 //! A Lua script, and one call of it as a topology sends it: EVALSHA, or EVAL when the server
 //! does not have the script cached.
 
-use std::sync::OnceLock;
+use super::sha1::sha1_hex;
 
 /// A Lua script, known by its source and its SHA1.
 pub struct Lua {
     source: &'static str,
-    hash: OnceLock<String>,
+    /// Computed by the compiler (the scripts are `static`s): a run hashes nothing.
+    hash: [u8; 40],
 }
 
 impl Lua {
     pub const fn new(source: &'static str) -> Lua {
         Lua {
             source,
-            hash: OnceLock::new(),
+            hash: sha1_hex(source.as_bytes()),
         }
     }
 
     fn hash(&self) -> &str {
-        // Hashed once, on first use: a run only pays for the scripts it sends.
-        self.hash
-            .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned())
+        std::str::from_utf8(&self.hash).expect("hex is ASCII")
     }
 }
 
@@ -135,5 +134,25 @@ impl ScriptCall {
         let mut cmd = redis::cmd(name);
         cmd.arg(script).arg(1).arg(&self.key).arg(&self.args);
         cmd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lua;
+
+    /// The hash the compiler computed is the one Redis gives the script (a wrong one would
+    /// still work, through NOSCRIPT and EVAL, at the cost of a round trip on every call).
+    #[test]
+    fn compile_time_hash_is_redis_hash() {
+        static LONGEST: Lua = Lua::new(concat!(
+            include_str!("scripts/reach.lua"),
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/acquire.lua")
+        ));
+        assert_eq!(
+            LONGEST.hash(),
+            redis::Script::new(LONGEST.source).get_hash()
+        );
     }
 }
