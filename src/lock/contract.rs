@@ -195,6 +195,12 @@ pub struct Status {
     /// `--limit`: the limit recorded with the lock, and every holder (empty for a mutex).
     pub limit: Option<u32>,
     pub permits: Vec<Permit>,
+    /// `--shared`: every shared holder whose lease lasts (empty when none). `held` is true
+    /// while there is one.
+    pub shared: Vec<Permit>,
+    /// The waiter at the head of the queue waits for an exclusive hold (a run without
+    /// `--shared`): it keeps new shared runs out.
+    pub next_exclusive: bool,
     /// Redlock: what each node says, in `--redis` order (empty for one server). The fields
     /// above are then the quorum's view.
     pub nodes: Vec<NodeStatus>,

@@ -35,5 +35,6 @@ pub use contract::{
 pub use error::{FailureKind, RedisFailure};
 pub use protocol::keys::check as check_name;
 pub use protocol::record::{Finished, Outcome as RunOutcome, Records, RunRecord};
+pub use protocol::shared::SHARED_WAITER;
 pub use token::Token;
 pub use topology::open;

@@ -35,6 +35,7 @@ pub const COMPANIONS: &[&str] = &[
     "limit",
     "last-run",
     "last-success",
+    "shared",
 ];
 
 /// The Redis keys of one lock.
@@ -66,6 +67,9 @@ pub struct Keys {
     /// The same record of the last run that succeeded, kept apart so that a failure does
     /// not hide when the job last worked.
     pub last_success: String,
+    /// `--shared`: the shared holders' tokens, scored by when their lease ends (a sorted
+    /// set, server ms); their info is in `holders`. Kept as long as the longest lease.
+    pub shared: String,
 }
 
 /// Why a lock name cannot be used.
@@ -110,6 +114,7 @@ impl Keys {
             limit: companion("limit"),
             last_run: companion("last-run"),
             last_success: companion("last-success"),
+            shared: companion("shared"),
         })
     }
 }
@@ -164,7 +169,7 @@ mod tests {
 
     /// The part of a key Redis Cluster hashes: the tag if there is one, else the whole key.
     /// The lock key and every companion.
-    fn all(k: &Keys) -> [&String; 11] {
+    fn all(k: &Keys) -> [&String; 12] {
         [
             &k.lock,
             &k.fence,
@@ -177,6 +182,7 @@ mod tests {
             &k.limit,
             &k.last_run,
             &k.last_success,
+            &k.shared,
         ]
     }
 

@@ -41,6 +41,7 @@ pub mod mutex;
 pub mod record;
 mod script;
 pub mod semaphore;
+pub mod shared;
 pub mod status;
 
 use std::time::Duration;
@@ -51,6 +52,7 @@ use keys::{BadName, Keys};
 use mutex::Mutex;
 use record::Finished;
 use semaphore::Semaphore;
+use shared::Shared;
 
 use crate::lock::HolderInfo;
 
@@ -61,12 +63,16 @@ use crate::lock::HolderInfo;
 pub enum Protocol {
     Mutex(Mutex),
     Semaphore(Semaphore),
+    /// `--shared`: a shared hold beside the mutex's exclusive one (shared.rs).
+    Shared(Shared),
 }
 
 impl Protocol {
-    pub fn new(name: &str, limit: u32) -> Result<Protocol, BadName> {
+    pub fn new(name: &str, limit: u32, shared: bool) -> Result<Protocol, BadName> {
         let mutex = Mutex::new(name)?;
-        Ok(if limit > 1 {
+        Ok(if shared {
+            Protocol::Shared(Shared::new(mutex.keys().clone()))
+        } else if limit > 1 {
             Protocol::Semaphore(Semaphore::new(mutex.keys().clone(), limit))
         } else {
             Protocol::Mutex(mutex)
@@ -77,6 +83,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.keys(),
             Protocol::Semaphore(s) => s.keys(),
+            Protocol::Shared(s) => s.keys(),
         }
     }
 
@@ -84,6 +91,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.acquire(token, ttl, holder),
             Protocol::Semaphore(s) => s.acquire(token, ttl, holder),
+            Protocol::Shared(s) => s.acquire(token, ttl, holder),
         }
     }
 
@@ -91,6 +99,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.renew(token, ttl),
             Protocol::Semaphore(s) => s.renew(token, ttl),
+            Protocol::Shared(s) => s.renew(token, ttl),
         }
     }
 
@@ -98,6 +107,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.release(token, keep, record),
             Protocol::Semaphore(s) => s.release(token, keep, record),
+            Protocol::Shared(s) => s.release(token, keep, record),
         }
     }
 
@@ -110,6 +120,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.cancel(token),
             Protocol::Semaphore(s) => s.cancel(token),
+            Protocol::Shared(s) => s.cancel(token),
         }
     }
 

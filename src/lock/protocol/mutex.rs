@@ -96,7 +96,16 @@ impl Mutex {
             &k.queue_expiry,
         ];
         ScriptCall::new(&ACQUIRE, &k.lock, &names, acquire_args(token, ttl, holder))
-            .needing_moved(&names)
+            // --shared: the shared holders' set, after the other arguments (acquire.lua).
+            .then(vec![k.shared.clone()])
+            .needing_moved(&[
+                &k.fence,
+                &k.holder,
+                &k.cancelled,
+                &k.queue,
+                &k.queue_expiry,
+                &k.shared,
+            ])
     }
 
     pub fn renew(&self, token: &str, ttl: Duration) -> ScriptCall {

@@ -66,6 +66,8 @@ impl Semaphore {
         ];
         let mut args = acquire_args(token, ttl, holder);
         args.push(self.limit.to_string());
+        // A lock held with --shared is refused (ARGV[16]).
+        args.push(k.shared.clone());
         ScriptCall::new(&ACQUIRE, &k.lock, &names, args).needing_moved(&names)
     }
 

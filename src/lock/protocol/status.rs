@@ -6,6 +6,7 @@ use redis::Value;
 use super::keys::Keys;
 use super::mutex::text;
 use super::record::{self, Records};
+use super::shared::SHARED_WAITER;
 use crate::lock::{Permit, Status};
 
 // Where each reply sits in the pipeline.
@@ -22,6 +23,7 @@ const LIMIT: usize = 9;
 const TIME: usize = 10;
 const LAST_RUN: usize = 11;
 const LAST_SUCCESS: usize = 12;
+const SHARED: usize = 13;
 
 /// The read-only pipeline. Replies that do not fit the key's type (GET on a sorted set) come
 /// back as error values and are ignored; see [`parse`].
@@ -44,6 +46,11 @@ pub fn pipeline(k: &Keys) -> redis::Pipeline {
     pipe.cmd("TIME");
     pipe.cmd("HGETALL").arg(&k.last_run);
     pipe.cmd("HGETALL").arg(&k.last_success);
+    pipe.cmd("ZRANGE")
+        .arg(&k.shared)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES");
     pipe.ignore_errors();
     pipe
 }
@@ -60,7 +67,7 @@ pub fn parse(replies: &[Value]) -> Result<Option<Status>, &Value> {
         "zset" => &[
             PERMITS, HOLDERS, LIMIT, TIME, FENCE, QUEUE_HEAD, QUEUED, PTTL,
         ],
-        _ => &[VALUE, PTTL, HOLDER, FENCE, QUEUE_HEAD, QUEUED],
+        _ => &[VALUE, PTTL, HOLDER, FENCE, QUEUE_HEAD, QUEUED, SHARED],
     };
     if let Some(e) = relevant
         .iter()
@@ -75,10 +82,9 @@ pub fn parse(replies: &[Value]) -> Result<Option<Status>, &Value> {
     };
     Ok(status.map(|mut s| {
         s.queued = int(replies.get(QUEUED)).unwrap_or(0).max(0) as u64;
-        s.queue_head = strings(replies.get(QUEUE_HEAD))
-            .into_iter()
-            .next()
-            .map(|w| waiter_shown(&w));
+        let head = strings(replies.get(QUEUE_HEAD)).into_iter().next();
+        s.next_exclusive = head.as_ref().is_some_and(|w| !w.starts_with(SHARED_WAITER));
+        s.queue_head = head.map(|w| waiter_shown(&w));
         s.records = records(replies);
         s
     }))
@@ -109,7 +115,53 @@ fn mutex(replies: &[Value]) -> Option<Status> {
     let pttl = int(replies.get(PTTL))?;
     let info = pairs(replies.get(HOLDER));
     let fence = replies.get(FENCE).and_then(text);
-    Some(status_from(value, pttl, info, fence))
+    let mut status = status_from(value, pttl, info, fence);
+    // --shared: the shared holders beside a free lock (never beside an exclusive holder).
+    status.shared = match now_ms(replies) {
+        Some(now) => live_holders(replies, SHARED, now),
+        None => Vec::new(),
+    };
+    status.held |= !status.shared.is_empty();
+    Some(status)
+}
+
+/// The server's clock (TIME), in ms.
+fn now_ms(replies: &[Value]) -> Option<u64> {
+    let time = strings(replies.get(TIME));
+    let secs: u64 = time.first()?.parse().ok()?;
+    let micros: u64 = time.get(1)?.parse().ok()?;
+    Some(secs * 1000 + micros / 1000)
+}
+
+/// The members of the sorted set at `at` (tokens scored by lease end) whose lease has not
+/// ended by `now_ms`, with their info from the holders hash (`--limit` permits and `--shared`
+/// holders alike).
+fn live_holders(replies: &[Value], at: usize, now_ms: u64) -> Vec<Permit> {
+    let infos = pairs(replies.get(HOLDERS));
+    let mut permits = Vec::new();
+    for (token, score) in pairs(replies.get(at)) {
+        let Some(ends) = score.parse::<f64>().ok().map(|f| f as u64) else {
+            continue;
+        };
+        if ends <= now_ms {
+            continue;
+        }
+        let info = infos
+            .iter()
+            .find(|(t, _)| *t == token)
+            .map(|(_, i)| i.as_str());
+        let mut fields = info.unwrap_or_default().splitn(5, '\t');
+        let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
+        permits.push(Permit {
+            host: next(),
+            pid: next().and_then(|p| p.parse().ok()),
+            acquired_ms: next().and_then(|p| p.parse().ok()),
+            fence: next().and_then(|p| p.parse().ok()),
+            command: next(),
+            ttl_ms: ends - now_ms,
+        });
+    }
+    permits
 }
 
 fn status_from(
@@ -148,34 +200,7 @@ fn status_from(
 /// The semaphore's holders whose lease has not ended by the server's clock (the scripts drop
 /// the others on their next call; `status` only reads).
 fn semaphore(replies: &[Value]) -> Option<Status> {
-    let time = strings(replies.get(TIME));
-    let secs: u64 = time.first()?.parse().ok()?;
-    let micros: u64 = time.get(1)?.parse().ok()?;
-    let now_ms = secs * 1000 + micros / 1000;
-    let infos = pairs(replies.get(HOLDERS));
-    let mut permits = Vec::new();
-    for (token, score) in pairs(replies.get(PERMITS)) {
-        let Some(ends) = score.parse::<f64>().ok().map(|f| f as u64) else {
-            continue;
-        };
-        if ends <= now_ms {
-            continue;
-        }
-        let info = infos
-            .iter()
-            .find(|(t, _)| *t == token)
-            .map(|(_, i)| i.as_str());
-        let mut fields = info.unwrap_or_default().splitn(5, '\t');
-        let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
-        permits.push(Permit {
-            host: next(),
-            pid: next().and_then(|p| p.parse().ok()),
-            acquired_ms: next().and_then(|p| p.parse().ok()),
-            fence: next().and_then(|p| p.parse().ok()),
-            command: next(),
-            ttl_ms: ends - now_ms,
-        });
-    }
+    let permits = live_holders(replies, PERMITS, now_ms(replies)?);
     let Some(limit) = replies
         .get(LIMIT)
         .and_then(text)

@@ -23,10 +23,13 @@ local lock = KEYS[1]
 local fence_key, holder, cancelled, queue, expiry = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local token, ttl = ARGV[6], ARGV[7]
 local waiter, keep = ARGV[12], tonumber(ARGV[13])
+-- --shared: the set of shared holders (shared/acquire.lua), after the other arguments.
+local shared = ARGV[14]
 
--- The usual case costs one command for all three (reach.lua): none of them exists, and every
--- key is in reach. Then no check on them is needed, and no queue can hold anyone.
-local none_queued = probe({cancelled, queue, expiry}) == 0
+-- The usual case costs one command for all four (reach.lua): none of them exists, and every
+-- key is in reach. Then no check on them is needed, no queue can hold anyone and no shared
+-- holder the lock.
+local none_queued = probe({cancelled, queue, expiry, shared}) == 0
 
 local kind, value = read_string(lock)
 if not kind then
@@ -68,6 +71,8 @@ if not none_queued and queue_here(queue, expiry) then
   reap_waiters(queue, expiry, now_ms, 1)
 end
 
+-- --shared: ms left on the longest shared lease, when shared holders keep the lock.
+local shared_left
 -- Join the queue, or keep our place in it, and say who holds the lock and where we stand.
 local function busy()
   local place = 0
@@ -91,7 +96,11 @@ local function busy()
   elseif not none_queued and here(queue) then
     queued = redis.call('ZCARD', queue)
   end
-  return {0, redis.call('PTTL', lock), host, pid, since, queued, place}
+  local pttl = redis.call('PTTL', lock)
+  if shared_left then
+    pttl = shared_left
+  end
+  return {0, pttl, host, pid, since, queued, place}
 end
 
 -- Our own token is ours whatever the queue says: an earlier attempt of this run landed
@@ -99,6 +108,22 @@ end
 -- fresh TTL.
 if kind == 'string' and value ~= token then
   return busy()
+end
+-- --shared: a free lock is not free while a shared holder's lease lasts (busy reports the
+-- time left on the longest one).
+if kind == 'none' and not none_queued then
+  if not here(shared) then
+    return split()
+  end
+  local bad_shared = check_kinds('zset', {shared})
+  if bad_shared then
+    return bad_shared
+  end
+  local longest = redis.call('ZRANGE', shared, -1, -1, 'WITHSCORES')[2]
+  if longest and tonumber(longest) > now_ms then
+    shared_left = math.ceil(tonumber(longest) - now_ms)
+    return busy()
+  end
 end
 if kind == 'none' then
   if not queue_here(queue, expiry) then

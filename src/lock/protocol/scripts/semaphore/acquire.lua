@@ -43,6 +43,13 @@ local bad = check_kinds('zset', {queue, expiry}) or check_kinds('hash', {holders
 if bad then
   return bad
 end
+-- A lock held with --shared (its shared holders' set, ARGV[16], has members) is not for
+-- --limit runs (shared/acquire.lua refuses the other way round).
+local shared = ARGV[16]
+if here(shared) and redis.call('EXISTS', shared) == 1 then
+  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
+    ' is used with --shared; --limit cannot share it: use the same options as its other users')
+end
 -- The limit lives exactly as long as the holders (every script that extends a lease extends
 -- it too): a sorted set without one is somebody else's, not to be touched.
 if kind == 'zset' then
