@@ -162,6 +162,9 @@ pub struct Holder {
     pub pid: Option<u32>,
     /// When the holder acquired it (ms since the epoch, server clock).
     pub acquired_ms: Option<u64>,
+    /// `--shared`: how many shared holders keep the lock from an exclusive run (0: none;
+    /// `ttl_ms` is then the time left on the longest shared lease).
+    pub shared: u64,
 }
 
 /// What `release` found.

@@ -88,6 +88,7 @@ pub(super) fn tell(
 pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wait: Wait) -> String {
     let who = match (&holder.host, holder.pid) {
         (Some(host), Some(pid)) => format!(" (held by {host} pid {pid}{})", place(holder)),
+        _ if holder.shared > 0 => format!(" (held {}{})", shared_by(holder), place(holder)),
         _ if holder.place > 0 => format!(" ({})", &place(holder)[2..]),
         _ => String::new(),
     };
@@ -99,6 +100,12 @@ pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wai
         "waiting for {key}{who}: {} elapsed, {left}",
         show_secs(elapsed)
     )
+}
+
+/// `shared by 2 runs` (`--shared` holders keep the lock from an exclusive run).
+fn shared_by(holder: &Holder) -> String {
+    let n = holder.shared;
+    format!("shared by {n} run{}", if n == 1 { "" } else { "s" })
 }
 
 /// `, 2nd of 3 in line` when queued.
@@ -131,6 +138,8 @@ pub(super) fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> St
     let mut who = String::new();
     if let (Some(host), Some(pid)) = (&holder.host, holder.pid) {
         who.push_str(&format!(" by {host} pid {pid}"));
+    } else if holder.shared > 0 {
+        who.push_str(&format!(" {}", shared_by(holder)));
     }
     if let Some(ms) = holder.acquired_ms {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
@@ -168,6 +177,7 @@ pub(super) fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
     }
     let who = match (&holder.host, holder.pid) {
         (Some(host), Some(pid)) => format!(" by {host} pid {pid}"),
+        _ if holder.shared > 0 => format!(" {}", shared_by(holder)),
         _ => String::new(),
     };
     let ttl = match holder.ttl_ms {
@@ -209,6 +219,15 @@ mod tests {
         assert_eq!(
             busy_message("redlock:k", &holder, Wait::For(Duration::ZERO)),
             "lock redlock:k is busy: held by web1 pid 42, 1s 500ms left"
+        );
+        let shared = Holder {
+            ttl_ms: Some(2000),
+            shared: 2,
+            ..Holder::default()
+        };
+        assert_eq!(
+            busy_message("k", &shared, Wait::For(Duration::ZERO)),
+            "lock k is busy: held shared by 2 runs, 2s left"
         );
         let foreign = Holder::default();
         assert!(busy_message("k", &foreign, Wait::For(Duration::from_secs(2))).contains("no TTL"));

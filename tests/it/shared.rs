@@ -115,8 +115,10 @@ fn exclusive_waits_and_keeps_later_shared_out(w: impl Fn() -> Wrapper, dir: &Pat
     s1.wait_for_file(&dir.join("s1"), secs(30));
     s2.wait_for_file(&dir.join("s2"), secs(30));
 
-    // An exclusive run that does not wait is busy.
-    w().sh("true").run().expect_code(75);
+    // An exclusive run that does not wait is busy, and says why.
+    let busy = w().sh("true").run();
+    busy.expect_code(75);
+    busy.expect_stderr_contains("is busy: held shared by 2 runs");
 
     let e = w()
         .args(["--wait", "90s"])

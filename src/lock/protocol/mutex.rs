@@ -248,7 +248,8 @@ pub(super) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms}` when busy; `{2}` (an
+/// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms, queued, place, shared
+/// holders}` when busy (the last three may be missing); `{2}` (an
 /// attempt with a token its run cancelled) is `None`, like any reply of another shape.
 pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = reply else {
@@ -278,6 +279,7 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
                 acquired_ms,
                 queued: count(5),
                 place: count(6),
+                shared: count(7),
             }))
         }
         _ => None,

@@ -6,9 +6,10 @@
 -- microseconds), queue expiry (waiter ids by the server ms at which they leave); then token,
 -- ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not wait: never
 -- queues), how long a waiter's place is kept without a new attempt (ms).
--- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place} when
--- busy (pttl -2: the lock is free but waiters come first; queued: waiters in the queue;
--- place: this waiter's place in it, 1 = next, 0 = not queued); {2} for an attempt that was
+-- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place, shared}
+-- when busy (pttl -2: the lock is free but waiters come first; queued: waiters in the queue;
+-- place: this waiter's place in it, 1 = next, 0 = not queued; shared: the shared holders
+-- that keep it, --shared, with pttl the time left on the longest of their leases); {2} for an attempt that was
 -- cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
 -- (reach.lua).
 -- Every check that can fail runs before the first write: a script that errors half-way
@@ -96,11 +97,11 @@ local function busy()
   elseif not none_queued and here(queue) then
     queued = redis.call('ZCARD', queue)
   end
-  local pttl = redis.call('PTTL', lock)
+  local pttl, shared_n = redis.call('PTTL', lock), 0
   if shared_left then
-    pttl = shared_left
+    pttl, shared_n = shared_left, redis.call('ZCOUNT', shared, '(' .. now_ms, '+inf')
   end
-  return {0, pttl, host, pid, since, queued, place}
+  return {0, pttl, host, pid, since, queued, place, shared_n}
 end
 
 -- Our own token is ours whatever the queue says: an earlier attempt of this run landed
