@@ -50,7 +50,8 @@
 //! - `shared`: issue 26: `--shared` (as flock -s): shared runs at once, an exclusive run alone
 //!   and not starved (one queue for both kinds), a killed shared holder's share expires,
 //!   fences across both kinds, `status`, refused with `--limit` and Redlock, Sentinel and
-//!   Cluster, and a chaos run with kills checked by the history checker.
+//!   Cluster (also while the lock's slot migrates key by key), and a chaos run with kills
+//!   checked by the history checker.
 //! - `terminal`: the command on a pseudo-terminal, the live waiting line, `stty tostop`.
 //! - `cluster`: `redis+cluster://`: locks on every master, `--min-replicas`, the lock's slot migrated and its master failed over mid-run,
 //!   a frozen unrelated master, usage errors and secrets, `--limit`, TLS (harness:

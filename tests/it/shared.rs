@@ -502,3 +502,101 @@ fn cluster_shared_and_exclusive_in_the_lock_slot() {
     let owner = cluster.owner_of("redlock:k");
     assert_eq!(cluster.owner_of("{redlock:k}:shared"), owner);
 }
+
+/// Move `key` from node `from` to `to` (the slot migrating between them). Any answer but OK
+/// or NOKEY (BUSYKEY: the key exists on both nodes) fails the test.
+fn migrate_one(cluster: &Cluster, key: &str, from: usize, to: usize) {
+    let port = cluster.nodes[to].port().to_string();
+    let reply =
+        cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key]);
+    assert!(
+        reply == "OK" || reply == "NOKEY",
+        "MIGRATE {key} from {from} to {to}: {reply}"
+    );
+}
+
+/// The lock's slot migrated there and back, one key at a time, while shared and exclusive
+/// runs (waiting and not) take the lock over and over: an exclusive command never runs beside
+/// another command (each checks for the others' marks inside the lock), no key is ever on
+/// both nodes, and every waiter gets the lock.
+#[test]
+fn shared_and_exclusive_while_the_slot_moves_key_by_key() {
+    let cluster = Cluster::start(2, 0);
+    let dir = scratch();
+    let key = "redlock:mix";
+    let slot = cluster.slot(key);
+    let a = cluster.owner_of(key);
+    let b = cluster.other_master(a);
+    // Exclusive: a directory only it may have, and no shared mark beside it. Shared: a mark
+    // of its own, and no exclusive directory beside it.
+    let exclusive = "mkdir x 2>/dev/null || touch breach; ls s.* >/dev/null 2>&1 && touch breach; \
+                     sleep 0.05; rmdir x";
+    let shared = "touch s.$$; [ -d x ] && touch breach; sleep 0.1; rm s.$$";
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let waits = c % 2 == 0;
+            let is_shared = c >= 2;
+            let mut w = cluster
+                .wrapper("mix")
+                .args(["--connect-timeout", "1s", "--ttl", "2s"]);
+            if waits {
+                w = w.args(["--wait", "60s"]);
+            }
+            if is_shared {
+                w = w.arg("--shared");
+            }
+            let w = w
+                .sh(if is_shared { shared } else { exclusive })
+                .current_dir(dir.path());
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut codes = Vec::new();
+                for _ in 0..200 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let out = w.run();
+                    codes.push((out.code(), out.stderr.clone()));
+                }
+                (c, waits, codes)
+            })
+        })
+        .collect();
+    for (from, to) in [(a, b), (b, a), (a, b)] {
+        std::thread::sleep(ms(300));
+        cluster.begin_migration(slot, from, to);
+        for _ in 0..3 {
+            for k in cluster.keys_in_slot(from, slot) {
+                migrate_one(&cluster, &k, from, to);
+                std::thread::sleep(ms(150));
+            }
+        }
+        for k in cluster.keys_in_slot(from, slot) {
+            migrate_one(&cluster, &k, from, to);
+        }
+        cluster.finish_migration(slot, to);
+    }
+    std::thread::sleep(ms(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for client in clients {
+        let (c, waits, codes) = client.join().unwrap();
+        for (code, stderr) in &codes {
+            let ok = match code {
+                Some(0) => true,
+                // A run that does not wait may find the lock busy, or its keys not moved yet.
+                Some(75) | Some(69) => !waits,
+                _ => false,
+            };
+            assert!(ok, "client {c}: exit {code:?}\n{stderr}");
+        }
+        assert!(
+            !waits || codes.iter().any(|(code, _)| *code == Some(0)),
+            "client {c} never got the lock: {codes:?}"
+        );
+    }
+    assert!(
+        !dir.path().join("breach").exists(),
+        "an exclusive holder beside another holder"
+    );
+}
