@@ -295,6 +295,26 @@ fn a_killed_shared_holder_frees_its_share_within_one_ttl() {
     w().sh("true").run().expect_code(0);
 }
 
+/// `--hold-at-least` keeps a share after its command ended, as it keeps an exclusive lock;
+/// another shared run goes in beside it, an exclusive one waits until it ends.
+#[test]
+fn hold_at_least_keeps_a_share() {
+    let redis = RedisServer::start();
+    let w = || Wrapper::on(&redis, "k");
+    w().args(["--shared", "--hold-at-least", "3s"])
+        .sh("true")
+        .run()
+        .expect_code(0);
+    let s = status(w());
+    assert_eq!(shared_holders(&s), 1, "{s}");
+    w().args(["--shared"]).sh("true").run().expect_code(0);
+    let busy = w().sh("true").run();
+    busy.expect_code(75);
+    busy.expect_stderr_contains("held shared by 1 run,");
+    w().args(["--wait", "60s"]).sh("true").run().expect_code(0);
+    assert_eq!(shared_holders(&status(w())), 0);
+}
+
 /// Shared and --limit on one key: a configuration error either way, and nothing changed.
 #[test]
 fn a_key_used_shared_and_with_limit_is_refused_both_ways() {

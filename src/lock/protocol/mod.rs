@@ -6,12 +6,15 @@
 //!   holder info and a release channel beside it.
 //! - `semaphore`: `--limit N`, a sorted set of holders' tokens scored by when their leases
 //!   end; same companions, same reply shapes.
-//! - `status`: one read-only pipeline that reads either of them.
+//! - `shared`: `--shared`, shared holders in a sorted set beside the mutex's key (which stays
+//!   the exclusive holder's), scored by lease end as permits are; same reply shapes.
+//! - `status`: one read-only pipeline that reads any of them.
 //! - `keys`: the naming rule for a lock key and its companions.
 //! - `record`: the run record beside the lock (last run, last success), written by the
 //!   release scripts, read with `status`, cleared by `forget`.
 //!
-//! [`Protocol`] is what a topology holds: the mutex or the semaphore, chosen by `--limit`.
+//! [`Protocol`] is what a topology holds: the mutex, the semaphore (`--limit`) or the shared
+//! hold (`--shared`).
 //!
 //! **One declared key per script.** Each script declares one key (`KEYS[1]`: the lock, or
 //! the queue for the scripts that only touch the queue) and is given the other keys of the
@@ -57,8 +60,9 @@ use shared::Shared;
 use crate::lock::HolderInfo;
 
 /// The lock's protocol: a mutex (`--limit 1`, the default: one string key, shared with any
-/// `SET NX` client) or a semaphore (`--limit N`). Builds every call a topology sends; the
-/// replies of both have the same shapes (`mutex::parse_*`, `status::parse`).
+/// `SET NX` client), a semaphore (`--limit N`) or a shared hold (`--shared`). Builds every
+/// call a topology sends; the replies of all three have the same shapes (`mutex::parse_*`,
+/// `status::parse`).
 #[derive(Debug, Clone)]
 pub enum Protocol {
     Mutex(Mutex),
