@@ -5,12 +5,13 @@
 -- ARGV: fence counter, holder hash, cancelled tokens, queue (waiter ids by arrival, server
 -- microseconds), queue expiry (waiter ids by the server ms at which they leave); then token,
 -- ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not wait: never
--- queues), how long a waiter's place is kept without a new attempt (ms).
+-- queues), how long a waiter's place is kept without a new attempt (ms); then the shared
+-- holders' set (--shared, shared/acquire.lua: while it has a live lease, the lock is busy).
 -- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place, shared}
 -- when busy (pttl -2: the lock is free but waiters come first; queued: waiters in the queue;
--- place: this waiter's place in it, 1 = next, 0 = not queued; shared: the shared holders
--- that keep it, --shared, with pttl the time left on the longest of their leases); {2} for an attempt that was
--- cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
+-- place: this waiter's place in it, 1 = next, 0 = not queued; shared: how many shared
+-- holders keep it, pttl then being the time left on the longest of their leases); {2} for
+-- an attempt that was cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
 -- (reach.lua).
 -- Every check that can fail runs before the first write: a script that errors half-way
 -- would otherwise leave a lock behind that nobody knows it holds.

@@ -7,7 +7,7 @@
 -- ARGV: fence counter, holders (hash token -> info), cancelled tokens, queue, queue expiry,
 -- limit (the LIMIT every holder of this lock uses); then token, ttl ms, fence counter ttl ms,
 -- host, pid, command, waiter id ('' = does not wait), how long a waiter's place is kept (ms),
--- limit.
+-- limit; then the shared holders' set of --shared runs (refused: a lock is shared or limited).
 -- Returns as the mutex's acquire.lua: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
 -- place} with the holder whose lease ends first (pttl -2: a permit is free but waiters come
 -- first); {2} for a cancelled attempt; TRYAGAIN (reach.lua).
