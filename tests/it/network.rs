@@ -312,6 +312,7 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
             "cmd",
             "",
             "30000",
+            "{redlock:k}:shared",
         ])
     };
     let late = acquire_with(token);
