@@ -94,7 +94,7 @@ _redlock_run() {
         short_values='kr'
         ;;
     *)
-        opts='--config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --note --metrics-file --ping --ping-output --quiet --verbose --log-format --help --version -k -r -t -w -E -c -q -v -h -V --'
+        opts='--config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --shared --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --record-args --note --metrics-file --ping --ping-output --quiet --verbose --log-format --help --version -k -r -t -w -s -E -c -q -v -h -V --'
         long_values=' --config --key --redis --quorum --password-file --prefix --connect-timeout --tls-ca-cert --tls-cert --tls-key --ttl --heartbeat --wait --limit --conflict-exit-code --grace --max-runtime --hold-at-least --once-per --timezone --done-exit-code --min-replicas --replica-timeout --command --note --metrics-file --ping --ping-output --log-format '
         short_values='krtwEc'
         ;;

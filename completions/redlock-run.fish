@@ -121,6 +121,7 @@ complete -c redlock-run -n '__fish_redlock_run_in options value' -s t -l ttl -x 
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l heartbeat -x -d 'Renewal interval [default: ttl/3]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s w -l wait -x -d 'Wait up to DUR for a busy lock, served in arrival order (not with Redlock): 0 tries once, forever (or inf) has no limit'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l limit -x -d 'Let up to N runs hold the lock at once (a counting semaphore); 1 is a mutex'
+complete -c redlock-run -n '__fish_redlock_run_in options value' -s s -l shared -d 'Hold the lock shared, as flock -s: shared runs hold it together, a run without --shared holds it alone (not with --limit or Redlock)'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -s E -l conflict-exit-code -x -d 'Exit code for a busy lock'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l grace -x -d 'SIGTERM to SIGKILL when the command must stop [default: 10s, at most ttl/3]'
 complete -c redlock-run -n '__fish_redlock_run_in options value' -l max-runtime -x -d 'Stop the command after DUR (SIGTERM, SIGKILL after --grace) and exit 124'

@@ -595,6 +595,12 @@ pub struct RunArgs {
     )]
     pub limit: u32,
 
+    /// Hold the lock shared, as flock -s: shared runs hold it together, a run without
+    /// --shared holds it alone (not with --limit or Redlock).
+    #[arg(short = 's', long, env = "REDLOCK_SHARED", action = ArgAction::SetTrue,
+          value_parser = parse_switch, help_heading = "Busy lock")]
+    pub shared: bool,
+
     /// Exit code for a busy lock.
     #[arg(short = 'E', long, env = "REDLOCK_CONFLICT_EXIT_CODE", value_name = "N",
           default_value_t = EXIT_BUSY, help_heading = "Busy lock")]

@@ -24,7 +24,8 @@
 //! report/          stderr messages, text or JSON, from a writer thread of their own
 //! lock/            the contract the supervisor drives (contract.rs), Redis failures, token
 //!   target/        what --redis names: URL forms, TLS files, Target/Endpoint
-//!   protocol/      what a lock is in Redis: mutex, --limit semaphore, keys, status, Lua
+//!   protocol/      what a lock is in Redis: mutex, --limit semaphore, --shared holds, keys,
+//!                  status, Lua
 //!   topology/      how calls reach servers: one Lock over a route (one server, Sentinel,
 //!                  Cluster), and the Redlock quorum
 //! cli.rs           the clap definition and nothing else (also feeds completions, man page)

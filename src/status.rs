@@ -137,6 +137,10 @@ fn queue_text(s: &Status) -> String {
             None => head.clone(),
         };
         let _ = write!(out, ", next: {who}");
+        // Beside shared holders, the one thing a reader of `status` asks: does a writer wait?
+        if s.next_exclusive && !s.shared.is_empty() {
+            out.push_str(" (exclusive: keeps new shared runs out)");
+        }
     }
     out
 }
@@ -144,6 +148,13 @@ fn queue_text(s: &Status) -> String {
 fn holder_text(key: &str, s: &Status) -> String {
     if let Some(limit) = s.limit {
         return permits_text(key, limit, s);
+    }
+    if !s.shared.is_empty() {
+        return format!(
+            "{key}: held shared by {}{}",
+            s.shared.len(),
+            holders_text(&s.shared)
+        );
     }
     if !s.held {
         let held_on = s
@@ -214,11 +225,17 @@ fn keeper_deadline(s: &Status) -> Option<u64> {
 
 /// `k: 2 of 3 held: web1 pid 7 (acquired ..., ttl left 20s, fence 9, command: x); ...`
 fn permits_text(key: &str, limit: u32, s: &Status) -> String {
-    let mut out = format!(
-        "{key}: {} of {limit} held (--limit {limit})",
-        s.permits.len()
-    );
-    for (i, p) in s.permits.iter().enumerate() {
+    format!(
+        "{key}: {} of {limit} held (--limit {limit}){}",
+        s.permits.len(),
+        holders_text(&s.permits)
+    )
+}
+
+/// `: web1 pid 7 (acquired ..., ttl left 20s, fence 9, command: x); ...`
+fn holders_text(permits: &[lock::Permit]) -> String {
+    let mut out = String::new();
+    for (i, p) in permits.iter().enumerate() {
         out.push_str(if i == 0 { ": " } else { "; " });
         match (&p.host, p.pid, &p.kept) {
             (Some(host), pid, Some(kept)) => {
@@ -366,6 +383,13 @@ pub struct StatusJson<'a> {
     limit: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     holders: Option<Vec<PermitJson<'a>>>,
+    /// `--shared`: every shared holder (left out when there is none), and whether the next
+    /// waiter wants the lock exclusively, keeping new shared runs out (left out when nobody
+    /// waits).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    shared_holders: Vec<PermitJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_exclusive: Option<bool>,
     /// The run record (`null` when none is kept); read without taking the lock.
     last_run: Option<RecordJson<'a>>,
     last_success: Option<RecordJson<'a>>,
@@ -452,6 +476,24 @@ struct NodeJson<'a> {
     status: Option<StatusJson<'a>>,
 }
 
+fn permits_json(permits: &[lock::Permit]) -> Vec<PermitJson<'_>> {
+    permits
+        .iter()
+        .map(|p| PermitJson {
+            token: &p.token,
+            note: p.note.as_deref(),
+            host: p.host.as_deref(),
+            pid: p.pid,
+            command: p.command.as_deref(),
+            acquired_ms: p.acquired_ms,
+            ttl_ms: p.ttl_ms,
+            fence: p.fence,
+            finished_ms: p.kept.map(|k| k.finished_ms),
+            kept_until_ms: p.kept.map(|k| k.until_ms),
+        })
+        .collect()
+}
+
 fn to_json(key: &str, s: &Status) -> String {
     // Cannot fail: plain fields, no maps with non-string keys.
     serde_json::to_string(&json_of(key, s)).expect("status JSON serializes")
@@ -483,23 +525,9 @@ pub fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
         queued: s.queued,
         queue_head: s.queue_head.as_deref(),
         limit: s.limit,
-        holders: s.limit.map(|_| {
-            s.permits
-                .iter()
-                .map(|p| PermitJson {
-                    token: &p.token,
-                    note: p.note.as_deref(),
-                    host: p.host.as_deref(),
-                    pid: p.pid,
-                    command: p.command.as_deref(),
-                    acquired_ms: p.acquired_ms,
-                    ttl_ms: p.ttl_ms,
-                    fence: p.fence,
-                    finished_ms: p.kept.map(|k| k.finished_ms),
-                    kept_until_ms: p.kept.map(|k| k.until_ms),
-                })
-                .collect()
-        }),
+        holders: s.limit.map(|_| permits_json(&s.permits)),
+        shared_holders: permits_json(&s.shared),
+        next_exclusive: s.queue_head.as_ref().map(|_| s.next_exclusive),
         last_run: s.records.last_run.as_ref().map(record_json),
         last_success: s.records.last_success.as_ref().map(record_json),
         nodes: s

@@ -194,6 +194,7 @@ fn target_for(conn: &ConnArgs, key: String) -> Result<Target, UsageError> {
         timeout: conn.connect_timeout,
         tls,
         limit: 1,
+        shared: false,
     })
 }
 
@@ -339,6 +340,15 @@ impl RunConfig {
         let observe = crate::observe::Settings::from_args(run).map_err(usage)?;
         let mut target = target_from_args(conn)?;
         target.limit = run.limit;
+        target.shared = run.shared;
+        if run.shared && run.limit > 1 {
+            // A --limit lock is a set of permits and a shared one a mutex with a set of
+            // shared holders beside it: one key cannot be both (docs/reference.md).
+            return Err(usage(
+                "--shared cannot be combined with --limit in this version: --limit N already \
+                 lets N runs hold the lock at once, and a lock is either shared or limited",
+            ));
+        }
         if matches!(target.endpoint, Endpoint::Quorum(_)) {
             if run.min_replicas > 0 {
                 return Err(usage(
@@ -348,6 +358,11 @@ impl RunConfig {
             if run.limit > 1 {
                 return Err(usage(
                     "--limit is not supported with Redlock (several --redis) in this version",
+                ));
+            }
+            if run.shared {
+                return Err(usage(
+                    "--shared is not supported with Redlock (several --redis) in this version",
                 ));
             }
         }
@@ -447,6 +462,7 @@ impl AcquireConfig {
             shell: None,
             record_args: false,
             note: args.note.clone(),
+            shared: false,
             metrics_file: None,
             ping: None,
             ping_output: None,

@@ -243,6 +243,9 @@ pub struct Holder {
     pub paused: Option<Paused>,
     /// The holder's command finished and `--hold-at-least` keeps the lock: its pid is gone.
     pub kept: Option<Kept>,
+    /// `--shared`: how many shared holders keep the lock from an exclusive run (0: none;
+    /// `ttl_ms` is then the time left on the longest shared lease).
+    pub shared: u64,
 }
 
 /// A lock whose command finished, kept by `--hold-at-least` (written by the release under
@@ -320,6 +323,12 @@ pub struct Status {
     /// `--limit`: the limit recorded with the lock, and every holder (empty for a mutex).
     pub limit: Option<u32>,
     pub permits: Vec<Permit>,
+    /// `--shared`: every shared holder whose lease lasts (empty when none). `held` is true
+    /// while there is one.
+    pub shared: Vec<Permit>,
+    /// The waiter at the head of the queue waits for an exclusive hold (a run without
+    /// `--shared`): it keeps new shared runs out.
+    pub next_exclusive: bool,
     /// Redlock: what each node says, in `--redis` order (empty for one server). The fields
     /// above are then the quorum's view.
     pub nodes: Vec<NodeStatus>,

@@ -37,5 +37,6 @@ pub use error::{FailureKind, RedisFailure};
 pub use protocol::hold::{HoldChange, HoldRecord, HoldState};
 pub use protocol::keys::check as check_name;
 pub use protocol::record::{Finished, Outcome as RunOutcome, Records, RunRecord};
+pub use protocol::shared::SHARED_WAITER;
 pub use token::Token;
 pub use topology::open;

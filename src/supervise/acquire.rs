@@ -7,7 +7,8 @@ use crate::cli::Wait;
 use crate::exit::Ending;
 use crate::lease::{Lease, Stamp};
 use crate::lock::{
-    Attempt, FailureKind, Holder, HolderInfo, Lock, ReleaseNotices, ReplicaAck, Token, Waiter,
+    Attempt, FailureKind, Holder, HolderInfo, Lock, ReleaseNotices, ReplicaAck, SHARED_WAITER,
+    Token, Waiter,
 };
 use crate::process::Signals;
 use crate::report::PauseFields;
@@ -69,7 +70,13 @@ impl<'a, L: Lock> Acquirer<'a, L> {
         let waits = cfg.wait != Wait::For(Duration::ZERO);
         let holder = HolderInfo {
             waiter: waits.then(|| Waiter {
-                id: format!("{} {host} {pid}", Token::new().as_str()),
+                // A shared waiter says so in its id: the scripts keep it behind an exclusive
+                // waiter queued earlier, and let it in beside other shared ones.
+                id: format!(
+                    "{}{} {host} {pid}",
+                    if cfg.target.shared { SHARED_WAITER } else { "" },
+                    Token::new().as_str()
+                ),
                 // An attempt with --min-replicas can take the WAIT's time too (a slow
                 // replica): a live waiter must not lose its place between two attempts.
                 place_kept: (cfg.target.timeout

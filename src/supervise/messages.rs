@@ -117,6 +117,7 @@ pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wai
             place(holder)
         ),
         (Some(_), Some(_)) => format!(" (held{}{})", by(holder), place(holder)),
+        _ if holder.shared > 0 => format!(" (held {}{})", shared_by(holder), place(holder)),
         _ if holder.place > 0 => format!(" ({})", &place(holder)[2..]),
         _ => String::new(),
     };
@@ -128,6 +129,12 @@ pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wai
         "waiting for {key}{who}: {} elapsed, {left}",
         show_secs(elapsed)
     )
+}
+
+/// `shared by 2 runs` (`--shared` holders keep the lock from an exclusive run).
+fn shared_by(holder: &Holder) -> String {
+    let n = holder.shared;
+    format!("shared by {n} run{}", if n == 1 { "" } else { "s" })
 }
 
 /// `, 2nd of 3 in line` when queued.
@@ -165,6 +172,9 @@ pub(super) fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> St
         );
     }
     let mut who = by(holder);
+    if who.is_empty() && holder.shared > 0 {
+        who.push_str(&format!(" {}", shared_by(holder)));
+    }
     if let Some(ms) = holder.acquired_ms {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
         who.push_str(&format!(" since {}", humantime::format_rfc3339_seconds(at)));
@@ -233,7 +243,10 @@ pub(super) fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
             waiters(ahead(holder))
         );
     }
-    let who = by(holder);
+    let mut who = by(holder);
+    if who.is_empty() && holder.shared > 0 {
+        who = format!(" {}", shared_by(holder));
+    }
     let ttl = match holder.ttl_ms {
         Some(ms) => format!(", {} left", show_ms(Duration::from_millis(ms))),
         None => ", and the key has no TTL (it will never expire by itself)".to_owned(),
@@ -302,6 +315,15 @@ mod tests {
         assert_eq!(
             busy_message("redlock:k", &holder, Wait::For(Duration::ZERO)),
             "lock redlock:k is busy: held by web1 pid 42, 1s 500ms left"
+        );
+        let shared = Holder {
+            ttl_ms: Some(2000),
+            shared: 2,
+            ..Holder::default()
+        };
+        assert_eq!(
+            busy_message("k", &shared, Wait::For(Duration::ZERO)),
+            "lock k is busy: held shared by 2 runs, 2s left"
         );
         let foreign = Holder::default();
         assert!(busy_message("k", &foreign, Wait::For(Duration::from_secs(2))).contains("no TTL"));

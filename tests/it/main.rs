@@ -60,6 +60,11 @@
 //! - `options`: `--prefix`, passwords, `REDLOCK_*` configuration, `-q`, `--log-format json`.
 //! - `fencing`: `REDLOCK_FENCE` across a restart, a stale writer rejected, a corrupt counter refused.
 //! - `replicas`: `--min-replicas` acknowledgement of the acquire and of renewals.
+//! - `shared`: issue 26: `--shared` (as flock -s): shared runs at once, an exclusive run alone
+//!   and not starved (one queue for both kinds), a killed shared holder's share expires,
+//!   fences across both kinds, `status`, refused with `--limit` and Redlock, Sentinel and
+//!   Cluster (also while the lock's slot migrates key by key), and a chaos run with kills
+//!   checked by the history checker.
 //! - `terminal`: the command on a pseudo-terminal, the live waiting line, `stty tostop`.
 //! - `cluster`: `redis+cluster://`: locks on every master, `--min-replicas`, the lock's slot migrated and its master failed over mid-run,
 //!   a frozen unrelated master, usage errors and secrets, `--limit`, TLS (harness:
@@ -129,6 +134,7 @@ mod run_record;
 mod secrets;
 mod sentinel;
 mod sentinel_acks;
+mod shared;
 mod signals;
 mod spawn_modes;
 mod split_keys;

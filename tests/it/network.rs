@@ -312,6 +312,9 @@ fn an_acquire_arriving_after_its_take_back_does_not_land() {
             "cmd",
             "",
             "30000",
+            "{redlock:k}:pause",
+            "",
+            "{redlock:k}:shared",
         ])
     };
     let late = acquire_with(token);

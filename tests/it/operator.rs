@@ -468,3 +468,57 @@ fn break_at_a_terminal_shows_the_holder_and_asks() {
     assert_eq!(code, Some(0), "{shown}");
     running.wait(secs(30)).expect_code(74);
 }
+
+/// `--shared` runs are held off by a pause too (no new share while paused; shares held go
+/// on), say why, and a shared waiter goes in after `resume`; the note is on the share.
+#[test]
+fn pause_holds_off_shared_runs_and_the_note_is_on_the_share() {
+    let redis = RedisServer::start();
+    let conn = single(&redis, "sp");
+    let dir = scratch();
+    let mut reader = Wrapper::on(&redis, "sp")
+        .args(["--shared", "--note", "report job 7"])
+        .args(["--ttl", "5s", "--heartbeat", "300ms", "--grace", "1s"])
+        .sh("echo $$ > started; exec sleep 120")
+        .current_dir(dir.path())
+        .spawn();
+    reader.child_pid(&dir.path().join("started"), secs(20));
+    let json = status_json(&conn);
+    assert_eq!(json["shared_holders"][0]["note"], "report job 7", "{json}");
+
+    op(&conn, "pause", &["--for", "5m", "--reason", "reindex"]).expect_code(0);
+    let busy = Wrapper::on(&redis, "sp")
+        .args(["--shared", "--", "true"])
+        .run();
+    busy.expect_code(75);
+    assert!(
+        busy.stderr.contains("reindex"),
+        "the reason is told: {busy}"
+    );
+
+    // A shared waiter stays out while paused, and goes in after resume.
+    let waiter = Wrapper::on(&redis, "sp")
+        .args(["--shared", "--wait", "2m"])
+        .sh("touch went")
+        .current_dir(dir.path())
+        .spawn();
+    wait_until(secs(20), "the shared waiter queued", || {
+        status_json(&conn)["queued"] == 1
+    });
+    std::thread::sleep(secs(2));
+    assert!(
+        !dir.path().join("went").exists(),
+        "a share was granted while paused"
+    );
+    assert!(
+        reader.is_running(),
+        "the share held goes on: {}",
+        reader.describe()
+    );
+    op(&conn, "resume", &[]).expect_code(0);
+    let mut waiter = waiter;
+    waiter.wait(secs(60)).expect_code(0);
+    assert!(dir.path().join("went").exists());
+    reader.signal(nix::sys::signal::Signal::SIGTERM);
+    reader.wait(secs(20));
+}

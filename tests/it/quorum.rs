@@ -207,6 +207,9 @@ fn acquire_on(server: &RedisServer, token: &str) -> u64 {
         "cmd",
         "",
         "60000",
+        "{redlock:k}:pause",
+        "",
+        "{redlock:k}:shared",
     ]);
     let mut lines = out.lines();
     assert_eq!(lines.next(), Some("1"), "not granted: {out}");

@@ -38,6 +38,7 @@ pub const COMPANIONS: &[&str] = &[
     "holds",
     "pause",
     "broken",
+    "shared",
 ];
 
 /// The Redis keys of one lock.
@@ -78,6 +79,9 @@ pub struct Keys {
     /// `break`: which tokens were taken away, by whom and when (a hash: token -> `host TAB
     /// ms`), so that the holder's next renewal can say so; kept for `BROKEN_KEEP`.
     pub broken: String,
+    /// `--shared`: the shared holders' tokens, scored by when their lease ends (a sorted
+    /// set, server ms); their info is in `holders`. Kept as long as the longest lease.
+    pub shared: String,
 }
 
 /// Why a lock name cannot be used.
@@ -125,6 +129,7 @@ impl Keys {
             holds: companion("holds"),
             pause: companion("pause"),
             broken: companion("broken"),
+            shared: companion("shared"),
         })
     }
 }
@@ -185,7 +190,7 @@ mod tests {
 
     /// The part of a key Redis Cluster hashes: the tag if there is one, else the whole key.
     /// The lock key and every companion.
-    fn all(k: &Keys) -> [&String; 14] {
+    fn all(k: &Keys) -> [&String; 15] {
         [
             &k.lock,
             &k.fence,
@@ -201,6 +206,7 @@ mod tests {
             &k.holds,
             &k.pause,
             &k.broken,
+            &k.shared,
         ]
     }
 

@@ -6,7 +6,9 @@
 //!   holder info and a release channel beside it.
 //! - `semaphore`: `--limit N`, a sorted set of holders' tokens scored by when their leases
 //!   end; same companions, same reply shapes.
-//! - `status`: one read-only pipeline that reads either of them.
+//! - `shared`: `--shared`, shared holders in a sorted set beside the mutex's key (which stays
+//!   the exclusive holder's), scored by lease end as permits are; same reply shapes.
+//! - `status`: one read-only pipeline that reads any of them.
 //! - `keys`: the naming rule for a lock key and its companions.
 //! - `hold`: the record of a hold across CI steps (`acquire` ... `release`), one per token,
 //!   written only while the lock holds that token, ended once.
@@ -15,7 +17,8 @@
 //! - `listing`: `list`, the locks under a prefix found by their companions (SCAN
 //!   patterns) and read in one pipeline.
 //!
-//! [`Protocol`] is what a topology holds: the mutex or the semaphore, chosen by `--limit`.
+//! [`Protocol`] is what a topology holds: the mutex, the semaphore (`--limit`) or the shared
+//! hold (`--shared`).
 //!
 //! **One declared key per script.** Each script declares one key (`KEYS[1]`: the lock, or
 //! the queue for the scripts that only touch the queue) and is given the other keys of the
@@ -49,6 +52,7 @@ pub mod record;
 mod script;
 pub mod semaphore;
 mod sha1;
+pub mod shared;
 pub mod status;
 
 use std::time::Duration;
@@ -59,22 +63,28 @@ use keys::{BadName, Keys};
 use mutex::Mutex;
 use record::Finished;
 use semaphore::Semaphore;
+use shared::Shared;
 
 use crate::lock::HolderInfo;
 
 /// The lock's protocol: a mutex (`--limit 1`, the default: one string key, shared with any
-/// `SET NX` client) or a semaphore (`--limit N`). Builds every call a topology sends; the
-/// replies of both have the same shapes (`mutex::parse_*`, `status::parse`).
+/// `SET NX` client), a semaphore (`--limit N`) or a shared hold (`--shared`). Builds every
+/// call a topology sends; the replies of all three have the same shapes (`mutex::parse_*`,
+/// `status::parse`).
 #[derive(Debug, Clone)]
 pub enum Protocol {
     Mutex(Mutex),
     Semaphore(Semaphore),
+    /// `--shared`: a shared hold beside the mutex's exclusive one (shared.rs).
+    Shared(Shared),
 }
 
 impl Protocol {
-    pub fn new(name: &str, limit: u32) -> Result<Protocol, BadName> {
+    pub fn new(name: &str, limit: u32, shared: bool) -> Result<Protocol, BadName> {
         let mutex = Mutex::new(name)?;
-        Ok(if limit > 1 {
+        Ok(if shared {
+            Protocol::Shared(Shared::new(mutex.keys().clone()))
+        } else if limit > 1 {
             Protocol::Semaphore(Semaphore::new(mutex.keys().clone(), limit))
         } else {
             Protocol::Mutex(mutex)
@@ -85,6 +95,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.keys(),
             Protocol::Semaphore(s) => s.keys(),
+            Protocol::Shared(s) => s.keys(),
         }
     }
 
@@ -92,6 +103,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.acquire(token, ttl, holder),
             Protocol::Semaphore(s) => s.acquire(token, ttl, holder),
+            Protocol::Shared(s) => s.acquire(token, ttl, holder),
         }
     }
 
@@ -99,6 +111,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.renew(token, ttl),
             Protocol::Semaphore(s) => s.renew(token, ttl),
+            Protocol::Shared(s) => s.renew(token, ttl),
         }
     }
 
@@ -106,6 +119,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.release(token, keep, record),
             Protocol::Semaphore(s) => s.release(token, keep, record),
+            Protocol::Shared(s) => s.release(token, keep, record),
         }
     }
 
@@ -118,6 +132,7 @@ impl Protocol {
         match self {
             Protocol::Mutex(m) => m.cancel(token),
             Protocol::Semaphore(s) => s.cancel(token),
+            Protocol::Shared(s) => s.cancel(token),
         }
     }
 

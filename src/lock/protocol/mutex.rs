@@ -98,7 +98,8 @@ impl Mutex {
             &k.queue_expiry,
         ];
         ScriptCall::new(&ACQUIRE, &k.lock, &names, acquire_args(token, ttl, holder))
-            .then(vec![k.pause.clone(), holder.note.clone()])
+            // The pause key and the note; then --shared's set of shared holders (acquire.lua).
+            .then(vec![k.pause.clone(), holder.note.clone(), k.shared.clone()])
             .needing_moved(&[
                 &k.fence,
                 &k.holder,
@@ -106,6 +107,7 @@ impl Mutex {
                 &k.queue,
                 &k.queue_expiry,
                 &k.pause,
+                &k.shared,
             ])
     }
 
@@ -252,7 +254,8 @@ pub(super) fn millis(d: Duration) -> u64 {
 }
 
 /// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms, queued, place,
-/// finished_ms, kept_until_ms}` when busy; `{2}` (an
+/// finished_ms, kept_until_ms, pause reason, pause host, pause until_ms, shared holders}` when
+/// busy (the fields after `place` may be missing or empty); `{2}` (an
 /// attempt with a token its run cancelled) is `None`, like any reply of another shape.
 pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
     let Value::Array(items) = reply else {
@@ -294,6 +297,7 @@ pub fn parse_acquire(reply: &Value) -> Option<AcquireReply> {
                 place: count(6),
                 kept,
                 paused: paused_from(pause_field),
+                shared: count(12),
             }))
         }
         _ => None,

@@ -68,8 +68,9 @@ impl Semaphore {
         let mut args = acquire_args(token, ttl, holder);
         args.push(self.limit.to_string());
         ScriptCall::new(&ACQUIRE, &k.lock, &names, args)
-            // The pause key (after the limit): busy while paused; the note.
-            .then(vec![k.pause.clone(), holder.note.clone()])
+            // The pause key (after the limit): busy while paused; the note; the shared
+            // holders' set: a lock held with --shared is refused (ARGV[18]).
+            .then(vec![k.pause.clone(), holder.note.clone(), k.shared.clone()])
             .needing_moved(&[&names[..], &[k.pause.as_str()]].concat())
     }
 

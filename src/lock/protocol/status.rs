@@ -7,6 +7,7 @@ use super::keys::Keys;
 use super::mutex::text;
 use super::operator::paused_from;
 use super::record::{self, Records};
+use super::shared::SHARED_WAITER;
 use crate::lock::{Kept, Permit, Status};
 
 // Where each reply sits in the pipeline.
@@ -24,9 +25,10 @@ const TIME: usize = 10;
 const LAST_RUN: usize = 11;
 const LAST_SUCCESS: usize = 12;
 const PAUSE: usize = 13;
+const SHARED: usize = 14;
 
 /// How many replies the reads of one lock take (`add_reads`).
-pub const REPLIES: usize = PAUSE + 1;
+pub const REPLIES: usize = SHARED + 1;
 
 /// The read-only pipeline. Replies that do not fit the key's type (GET on a sorted set) come
 /// back as error values and are ignored; see [`parse`].
@@ -58,6 +60,11 @@ pub fn add_reads(pipe: &mut redis::Pipeline, k: &Keys) {
     pipe.cmd("HGETALL").arg(&k.last_run);
     pipe.cmd("HGETALL").arg(&k.last_success);
     pipe.cmd("HGETALL").arg(&k.pause);
+    pipe.cmd("ZRANGE")
+        .arg(&k.shared)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES");
 }
 
 /// The status in `replies`; `Err` with the error reply that matters (NOAUTH, WRONGTYPE of a
@@ -72,7 +79,7 @@ pub fn parse(replies: &[Value]) -> Result<Option<Status>, &Value> {
         "zset" => &[
             PERMITS, HOLDERS, LIMIT, TIME, FENCE, QUEUE_HEAD, QUEUED, PTTL,
         ],
-        _ => &[VALUE, PTTL, HOLDER, FENCE, QUEUE_HEAD, QUEUED],
+        _ => &[VALUE, PTTL, HOLDER, FENCE, QUEUE_HEAD, QUEUED, SHARED],
     };
     if let Some(e) = relevant
         .iter()
@@ -87,10 +94,9 @@ pub fn parse(replies: &[Value]) -> Result<Option<Status>, &Value> {
     };
     Ok(status.map(|mut s| {
         s.queued = int(replies.get(QUEUED)).unwrap_or(0).max(0) as u64;
-        s.queue_head = strings(replies.get(QUEUE_HEAD))
-            .into_iter()
-            .next()
-            .map(|w| waiter_shown(&w));
+        let head = strings(replies.get(QUEUE_HEAD)).into_iter().next();
+        s.next_exclusive = head.as_ref().is_some_and(|w| !w.starts_with(SHARED_WAITER));
+        s.queue_head = head.map(|w| waiter_shown(&w));
         s.records = records(replies);
         let pause = pairs(replies.get(PAUSE));
         s.paused = paused_from(|name| {
@@ -128,7 +134,72 @@ fn mutex(replies: &[Value]) -> Option<Status> {
     let pttl = int(replies.get(PTTL))?;
     let info = pairs(replies.get(HOLDER));
     let fence = replies.get(FENCE).and_then(text);
-    Some(status_from(value, pttl, info, fence))
+    let mut status = status_from(value, pttl, info, fence);
+    // --shared: the shared holders beside a free lock (never beside an exclusive holder).
+    status.shared = match now_ms(replies) {
+        Some(now) => live_holders(replies, SHARED, now),
+        None => Vec::new(),
+    };
+    status.held |= !status.shared.is_empty();
+    Some(status)
+}
+
+/// The server's clock (TIME), in ms.
+fn now_ms(replies: &[Value]) -> Option<u64> {
+    let time = strings(replies.get(TIME));
+    let secs: u64 = time.first()?.parse().ok()?;
+    let micros: u64 = time.get(1)?.parse().ok()?;
+    Some(secs * 1000 + micros / 1000)
+}
+
+/// The members of the sorted set at `at` (tokens scored by lease end) whose lease has not
+/// ended by `now_ms`, with their info from the holders hash (`--limit` permits and `--shared`
+/// holders alike).
+fn live_holders(replies: &[Value], at: usize, now_ms: u64) -> Vec<Permit> {
+    let infos = pairs(replies.get(HOLDERS));
+    let mut permits = Vec::new();
+    for (token, score) in pairs(replies.get(at)) {
+        let Some(ends) = score.parse::<f64>().ok().map(|f| f as u64) else {
+            continue;
+        };
+        if ends <= now_ms {
+            continue;
+        }
+        let info = infos
+            .iter()
+            .find(|(t, _)| *t == token)
+            .map(|(_, i)| i.as_str());
+        // `TOKEN:kept`: `finished_ms<TAB>kept_until_ms`, noted by a release that keeps the
+        // permit (semaphore/release.lua).
+        let kept = infos
+            .iter()
+            .find(|(t, _)| t.strip_suffix(":kept") == Some(token.as_str()))
+            .and_then(|(_, k)| k.split_once('\t'))
+            .and_then(|(finished, until)| Kept::parse(Some(finished), Some(until)));
+        let mut fields = info.unwrap_or_default().splitn(5, '\t');
+        let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
+        let (host, pid, acquired_ms, fence) = (next(), next(), next(), next());
+        // The command, and the note after it (semaphore/acquire.lua).
+        let (command, note) = match next() {
+            Some(rest) => match rest.split_once("\t\u{1f}") {
+                Some((cmd, note)) => (Some(cmd.to_owned()), Some(note.to_owned())),
+                None => (Some(rest), None),
+            },
+            None => (None, None),
+        };
+        permits.push(Permit {
+            token: token.clone(),
+            host,
+            pid: pid.and_then(|p| p.parse().ok()),
+            acquired_ms: acquired_ms.and_then(|p| p.parse().ok()),
+            fence: fence.and_then(|p| p.parse().ok()),
+            command: command.filter(|c| !c.is_empty()),
+            note: note.filter(|n| !n.is_empty()),
+            ttl_ms: ends - now_ms,
+            kept,
+        });
+    }
+    permits
 }
 
 fn status_from(
@@ -175,53 +246,7 @@ fn status_from(
 /// The semaphore's holders whose lease has not ended by the server's clock (the scripts drop
 /// the others on their next call; `status` only reads).
 fn semaphore(replies: &[Value]) -> Option<Status> {
-    let time = strings(replies.get(TIME));
-    let secs: u64 = time.first()?.parse().ok()?;
-    let micros: u64 = time.get(1)?.parse().ok()?;
-    let now_ms = secs * 1000 + micros / 1000;
-    let infos = pairs(replies.get(HOLDERS));
-    let mut permits = Vec::new();
-    for (token, score) in pairs(replies.get(PERMITS)) {
-        let Some(ends) = score.parse::<f64>().ok().map(|f| f as u64) else {
-            continue;
-        };
-        if ends <= now_ms {
-            continue;
-        }
-        let info = infos
-            .iter()
-            .find(|(t, _)| *t == token)
-            .map(|(_, i)| i.as_str());
-        // `TOKEN:kept`: `finished_ms<TAB>kept_until_ms`, noted by a release that keeps the
-        // permit (semaphore/release.lua).
-        let kept = infos
-            .iter()
-            .find(|(t, _)| t.strip_suffix(":kept") == Some(token.as_str()))
-            .and_then(|(_, k)| k.split_once('\t'))
-            .and_then(|(finished, until)| Kept::parse(Some(finished), Some(until)));
-        let mut fields = info.unwrap_or_default().splitn(5, '\t');
-        let mut next = || fields.next().filter(|f| !f.is_empty()).map(str::to_owned);
-        let (host, pid, acquired_ms, fence) = (next(), next(), next(), next());
-        // The command, and the note after it (semaphore/acquire.lua).
-        let (command, note) = match next() {
-            Some(rest) => match rest.split_once("\t\u{1f}") {
-                Some((cmd, note)) => (Some(cmd.to_owned()), Some(note.to_owned())),
-                None => (Some(rest), None),
-            },
-            None => (None, None),
-        };
-        permits.push(Permit {
-            token: token.clone(),
-            host,
-            pid: pid.and_then(|p| p.parse().ok()),
-            acquired_ms: acquired_ms.and_then(|p| p.parse().ok()),
-            fence: fence.and_then(|p| p.parse().ok()),
-            command: command.filter(|c| !c.is_empty()),
-            note: note.filter(|n| !n.is_empty()),
-            ttl_ms: ends - now_ms,
-            kept,
-        });
-    }
+    let permits = live_holders(replies, PERMITS, now_ms(replies)?);
     let Some(limit) = replies
         .get(LIMIT)
         .and_then(text)

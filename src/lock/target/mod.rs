@@ -46,6 +46,8 @@ pub struct Target {
     pub tls: Tls,
     /// `--limit`: how many may hold the lock at once (1: the mutex).
     pub limit: u32,
+    /// `--shared`: a shared hold (the exclusive one is the mutex's).
+    pub shared: bool,
 }
 
 /// Which servers hold the lock, one variant per topology (see `lock/backend.rs`).

@@ -16,9 +16,12 @@ use crate::lock::{RedisFailure, Status};
 /// few round trips on a healthy network, a pause not worth the risk of a stuck key.
 pub const UNDO_AT_LEAST: Duration = Duration::from_millis(50);
 
-/// The protocol (mutex or `--limit` semaphore) of `target`'s lock.
+/// The protocol (mutex, `--limit` semaphore or `--shared` hold) of `target`'s lock.
 pub fn protocol_for(target: &Target) -> Result<Protocol, RedisFailure> {
-    named(target, Protocol::new(&target.key, target.limit))
+    named(
+        target,
+        Protocol::new(&target.key, target.limit, target.shared),
+    )
 }
 
 /// A protocol built for `target`'s lock name. config.rs refuses bad names before Redis is

@@ -6,13 +6,15 @@
 -- microseconds), queue expiry (waiter ids by the server ms at which they leave); then token,
 -- ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not wait: never
 -- queues), how long a waiter's place is kept without a new attempt (ms); then the pause key
--- and the holder's note ('' = none).
+-- and the holder's note ('' = none); then the shared holders' set (--shared,
+-- shared/acquire.lua: while it has a live lease, the lock is busy).
 -- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place,
--- finished_ms, kept_until_ms} when busy (pttl -2: the lock is free but waiters come first;
--- queued: waiters in the queue; place: this waiter's place in it, 1 = next, 0 = not queued;
--- finished_ms and kept_until_ms '' unless the holder's command finished and --hold-at-least
--- keeps the lock; while the lock is paused, then also the pause's reason, host and end, ms);
--- {2} for an attempt that was
+-- finished_ms, kept_until_ms, pause reason, pause host, pause until_ms, shared} when busy
+-- (pttl -2: the lock is free but waiters come first; queued: waiters in the queue; place:
+-- this waiter's place in it, 1 = next, 0 = not queued; finished_ms and kept_until_ms ''
+-- unless the holder's command finished and --hold-at-least keeps the lock; the pause's
+-- fields '' unless the lock is paused; shared: how many shared holders keep it, pttl then
+-- being the time left on the longest of their leases); {2} for an attempt that was
 -- cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
 -- (reach.lua).
 -- Every check that can fail runs before the first write: a script that errors half-way
@@ -28,13 +30,17 @@ local fence_key, holder, cancelled, queue, expiry = ARGV[1], ARGV[2], ARGV[3], A
 local token, ttl = ARGV[6], ARGV[7]
 local waiter, keep = ARGV[12], tonumber(ARGV[13])
 local pause, note = ARGV[14] or '', ARGV[15] or ''
+-- --shared: the set of shared holders (shared/acquire.lua).
+local shared = ARGV[16] or ''
 
--- The usual case costs one command for all three (reach.lua): none of them exists, and every
--- key is in reach. Then no check on them is needed, and no queue can hold anyone.
--- A pause key counts as "queued": the slower path below reads it.
+-- The usual case costs one command for all of them (reach.lua): none of them exists, and
+-- every key is in reach. Then no check on them is needed, no queue can hold anyone and no
+-- shared holder the lock. A pause key counts as "queued": the slower path below reads it.
 local probed = {cancelled, queue, expiry}
-if pause ~= '' then
-  probed[#probed + 1] = pause
+for _, key in ipairs({pause, shared}) do
+  if key ~= '' then
+    probed[#probed + 1] = key
+  end
 end
 local none_queued = probe(probed) == 0
 
@@ -94,6 +100,8 @@ local function paused_now()
 end
 local paused
 
+-- --shared: ms left on the longest shared lease, when shared holders keep the lock.
+local shared_left
 -- Join the queue, or keep our place in it, and say who holds the lock and where we stand.
 local function busy()
   local place = 0
@@ -119,8 +127,12 @@ local function busy()
   elseif not none_queued and here(queue) then
     queued = redis.call('ZCARD', queue)
   end
-  local reply = {0, redis.call('PTTL', lock), host, pid, since, queued, place, finished,
-    kept_until}
+  local pttl, shared_n = redis.call('PTTL', lock), 0
+  if shared_left then
+    pttl, shared_n = shared_left, redis.call('ZCOUNT', shared, '(' .. now_ms, '+inf')
+  end
+  local reply = {0, pttl, host, pid, since, queued, place, finished, kept_until, '', '', '',
+    shared_n}
   -- A run held off by a holder hears of the pause too: it is busy after that holder.
   paused = paused or paused_now()
   if paused then
@@ -134,6 +146,22 @@ end
 -- fresh TTL.
 if kind == 'string' and value ~= token then
   return busy()
+end
+-- --shared: a free lock is not free while a shared holder's lease lasts (busy reports the
+-- time left on the longest one).
+if kind == 'none' and not none_queued then
+  if not here(shared) then
+    return split()
+  end
+  local bad_shared = check_kinds('zset', {shared})
+  if bad_shared then
+    return bad_shared
+  end
+  local longest = redis.call('ZRANGE', shared, -1, -1, 'WITHSCORES')[2]
+  if longest and tonumber(longest) > now_ms then
+    shared_left = math.ceil(tonumber(longest) - now_ms)
+    return busy()
+  end
 end
 if kind == 'none' then
   if not queue_here(queue, expiry) then

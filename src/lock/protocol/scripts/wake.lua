@@ -16,6 +16,11 @@ local function whom_to_wake(queue, expiry)
   for _, waiter in ipairs(redis.call('ZRANGE', queue, 0, 9)) do
     local kept_until = redis.call('ZSCORE', expiry, waiter)
     if kept_until and tonumber(kept_until) > now_ms then
+      -- A shared waiter (--shared) goes in together with the shared waiters right behind
+      -- it: wake them all.
+      if string.sub(waiter, 1, 7) == 'shared:' then
+        return '1'
+      end
       return waiter
     end
   end

@@ -7,7 +7,7 @@
 -- ARGV: fence counter, holders (hash token -> info), cancelled tokens, queue, queue expiry,
 -- limit (the LIMIT every holder of this lock uses); then token, ttl ms, fence counter ttl ms,
 -- host, pid, command, waiter id ('' = does not wait), how long a waiter's place is kept (ms),
--- limit.
+-- limit; then the shared holders' set of --shared runs (refused: a lock is shared or limited).
 -- Returns as the mutex's acquire.lua: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
 -- place, finished_ms, kept_until_ms} with the holder whose lease ends first (pttl -2: a permit is free but waiters come
 -- first); {2} for a cancelled attempt; TRYAGAIN (reach.lua).
@@ -46,6 +46,13 @@ local bad = check_kinds('zset', {queue, expiry}) or check_kinds('hash', {holders
   or check_kinds('string', {limit_key})
 if bad then
   return bad
+end
+-- A lock held with --shared (its shared holders' set, ARGV[18], has members) is not for
+-- --limit runs (shared/acquire.lua refuses the other way round).
+local shared = ARGV[18]
+if here(shared) and redis.call('EXISTS', shared) == 1 then
+  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
+    ' is used with --shared; --limit cannot share it: use the same options as its other users')
 end
 -- The limit lives exactly as long as the holders (every script that extends a lease extends
 -- it too): a sorted set without one is somebody else's, not to be touched.

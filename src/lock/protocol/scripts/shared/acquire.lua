@@ -1,0 +1,143 @@
+-- Take a shared hold (--shared) if no exclusive run holds the lock or waits before us, in
+-- one atomic step. Shared holders are the members of a sorted set beside the lock, scored by
+-- when their lease ends on the server's clock (as --limit permits are): a holder that dies
+-- just expires. The lock key itself stays the exclusive holder's (acquire.lua), which in turn
+-- waits until no shared lease is left.
+-- The queue is the one exclusive runs use, in one arrival order for both kinds: a shared
+-- waiter's id starts with 'shared:' (supervise/acquire.rs). A shared run goes in when no
+-- exclusive waiter is ahead of it (a run that does not wait: none queued at all), so
+-- consecutive shared waiters go in together, and an exclusive waiter keeps every later
+-- shared run out.
+-- KEYS: shared holders (zset: token -> lease end, server ms).
+-- ARGV: lock, fence counter, holder hash (the exclusive holder's), holders (hash: token ->
+-- shared holder's info), cancelled tokens, queue, queue expiry; then token, ttl ms, fence
+-- counter ttl ms, host, pid, command, waiter id ('' = does not wait), how long a waiter's
+-- place is kept (ms); then the pause key (`pause`) and the holder's note ('' = none).
+-- Returns acquire.lua's replies: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
+-- place} (the exclusive holder; pttl -2: free, but an exclusive waiter comes first or the
+-- lock is paused, the pause's reason, host and end then at 10-12); {2} for a cancelled
+-- attempt; TRYAGAIN (reach.lua).
+-- Every check that can fail runs before the first write. A shared hold is only ever taken
+-- where every key of the lock is in reach (not on either node while its slot migrates: the
+-- cluster client tries again, a waiter keeping its place, topology/cluster.rs).
+local shared = KEYS[1]
+local lock, fence_key, holder, holders, cancelled, queue, expiry =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local token, ttl = ARGV[8], tonumber(ARGV[9])
+local waiter, keep = ARGV[14], tonumber(ARGV[15])
+local pause, note = ARGV[16] or '', ARGV[17] or ''
+
+-- The usual case proves in one command that every key is in reach (reach.lua).
+probe({cancelled, queue, expiry})
+for _, key in ipairs({lock, fence_key, holder, holders, cancelled, queue, expiry}) do
+  if not here(key) then
+    return split()
+  end
+end
+
+if redis.call('SISMEMBER', cancelled, token) == 1 then
+  return {2}
+end
+
+local kind, value = read_string(lock)
+if kind == 'zset' then
+  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
+    ' is used with --limit (several holders); --shared cannot share it: use the same ' ..
+    'options as its other users')
+elseif kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
+end
+local bad = check_kinds('zset', {shared, queue, expiry}) or check_kinds('hash', {holders})
+if bad then
+  return bad
+end
+local last, bad_fence = last_fence(fence_key)
+if bad_fence then
+  return bad_fence
+end
+
+local now_us, now_ms = server_now()
+-- Shared holders whose lease ended are gone, and so are waiters that stopped asking.
+local ended = redis.call('ZRANGEBYSCORE', shared, '-inf', now_ms, 'LIMIT', 0, 1000)
+if #ended > 0 then
+  redis.call('ZREM', shared, unpack(ended))
+  redis.call('HDEL', holders, unpack(ended))
+end
+reap_waiters(queue, expiry, now_ms, 1)
+
+local function busy(free)
+  local place = 0
+  if waiter ~= '' then
+    place = keep_place(queue, expiry, waiter, now_us, now_ms, keep)
+  end
+  local host, pid, since = '', '', ''
+  if value then
+    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms')
+    if type(info) == 'table' and not info.err and info[1] == value then
+      host, pid, since = info[2] or '', info[3] or '', info[4] or ''
+    end
+  end
+  local pttl = free and -2 or redis.call('PTTL', lock)
+  local reply = {0, pttl, host, pid, since, redis.call('ZCARD', queue), place}
+  -- A pause in force is told, whoever else keeps the lock (as acquire.lua does).
+  if pause ~= '' and here(pause) and type_here(pause) == 'hash' then
+    local p = redis.call('HMGET', pause, 'reason', 'host', 'until_ms')
+    if p[3] then
+      reply[8], reply[9] = '', ''
+      reply[10], reply[11], reply[12] = p[1] or '', p[2] or '', p[3]
+    end
+  end
+  return reply
+end
+
+-- Our own token: an earlier attempt of this run landed although its reply was lost. It is
+-- taken anew below, with a new fence and a fresh lease.
+if not redis.call('ZSCORE', shared, token) then
+  if kind == 'string' then
+    return busy(false)
+  end
+  -- Paused: no new share (a waiter keeps its place until resume or the pause's end); the
+  -- shares held go on, as a holder is never touched by a pause.
+  if pause ~= '' and here(pause) and redis.call('EXISTS', pause) == 1 then
+    return busy(true)
+  end
+  -- Every waiter before us (all of them for a run that is not queued yet) must be shared.
+  local rank = waiter ~= '' and redis.call('ZRANK', queue, waiter) or nil
+  if rank ~= 0 then
+    local ahead = redis.call('ZRANGE', queue, 0, rank and rank - 1 or -1)
+    for _, id in ipairs(ahead) do
+      if string.sub(id, 1, 7) ~= 'shared:' then
+        return busy(true)
+      end
+    end
+  end
+end
+
+local fence_str, end_of_range = next_fence(fence_key, last, now_us)
+if not fence_str then
+  return end_of_range
+end
+-- The set and the holders' info live as long as the longest lease: the latest score, which
+-- must be a lease end (a member added by something else may not be).
+local latest = redis.call('ZRANGE', shared, -1, -1, 'WITHSCORES')[2]
+latest = latest and tonumber(latest) or 0
+if latest ~= latest or latest == math.huge or latest == -math.huge then
+  return redis.error_reply('WRONGTYPE the key ' .. shared ..
+    ' holds a member whose score is no lease end; refusing to touch it')
+end
+local left = math.max(math.ceil(math.max(latest, now_ms + ttl) - now_ms), 1)
+if waiter ~= '' then
+  leave_queue(queue, expiry, waiter)
+end
+redis.call('ZADD', shared, string.format('%.0f', now_ms + ttl), token)
+redis.call('SET', fence_key, fence_str, 'PX', ARGV[10])
+-- As a --limit permit's info (semaphore/acquire.lua), the note after TAB US.
+local info = ARGV[11] .. '\t' .. ARGV[12] .. '\t' .. string.format('%.0f', now_ms) .. '\t' ..
+  fence_str .. '\t' .. ARGV[13]
+if note ~= '' then
+  info = info .. '\t\31' .. note
+end
+redis.call('HSET', holders, token, info)
+redis.call('PEXPIRE', shared, left)
+redis.call('PEXPIRE', holders, left)
+return {1, fence_str}
