@@ -516,7 +516,6 @@ fn pause_holds_off_shared_runs_and_the_note_is_on_the_share() {
         reader.describe()
     );
     op(&conn, "resume", &[]).expect_code(0);
-    let mut waiter = waiter;
     waiter.wait(secs(60)).expect_code(0);
     assert!(dir.path().join("went").exists());
     reader.signal(nix::sys::signal::Signal::SIGTERM);
