@@ -91,6 +91,10 @@ fn break_a_running_holder(conn: &[String], w: impl Fn() -> Wrapper) {
         fence > printed,
         "next fence {fence} not above the printed {printed}"
     );
+    // The next run's record names no breaker (the broken run's field is not left over).
+    let later = status_json(conn);
+    assert_eq!(later["last_run"]["outcome"], "succeeded", "{later}");
+    assert!(later["last_run"]["broken_by"].is_null(), "{later}");
 }
 
 #[test]
