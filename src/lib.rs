@@ -362,6 +362,18 @@ fn hint(err: &clap::error::Error) -> String {
     {
         out.push_str(&format!("; did you mean '{meant}'?"));
     }
+    // `the following required arguments were not provided:` ends the first line; what is
+    // missing, and the command's usage, are on the next ones.
+    if err.kind() == ErrorKind::MissingRequiredArgument {
+        if let Some(ContextValue::Strings(missing)) = err.get(ContextKind::InvalidArg) {
+            out.push_str(&format!(" {}", missing.join(", ")));
+        }
+        if let Some(ContextValue::StyledStr(usage)) = err.get(ContextKind::Usage) {
+            let usage = usage.to_string();
+            let usage = usage.split_whitespace().collect::<Vec<_>>().join(" ");
+            out.push_str(&format!(" ({usage})"));
+        }
+    }
     if let Some(ContextValue::Strings(valid)) = err.get(ContextKind::ValidValue)
         && !valid.is_empty()
     {

@@ -81,18 +81,18 @@ fn to_json(locks: &[Listed]) -> String {
     serde_json::to_string(&rows).expect("list JSON serializes")
 }
 
-const HEADER: [&str; 7] = [
-    "LOCK", "HOLDER", "AGE", "TTL", "QUEUE", "PERMITS", "LAST RUN",
+const HEADER: [&str; 8] = [
+    "LOCK", "HOLDER", "AGE", "TTL", "QUEUE", "PERMITS", "PAUSED", "LAST RUN",
 ];
 
 /// The table: a header and a row a lock, columns padded to their widest cell (the last one
 /// left as it is). No locks: the header alone.
 fn table(locks: &[Listed]) -> String {
     let now = now_ms();
-    let rows: Vec<[String; 7]> = std::iter::once(HEADER.map(str::to_owned))
+    let rows: Vec<[String; 8]> = std::iter::once(HEADER.map(str::to_owned))
         .chain(locks.iter().map(|l| row(l, now)))
         .collect();
-    let mut widths = [0usize; 7];
+    let mut widths = [0usize; 8];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -118,7 +118,7 @@ fn table(locks: &[Listed]) -> String {
 
 /// The cells of one lock. The holder info and the name were written by other hosts: no
 /// control character of them reaches the terminal as such.
-fn row(l: &Listed, local_now: u64) -> [String; 7] {
+fn row(l: &Listed, local_now: u64) -> [String; 8] {
     let clean = |s: &str| one_line(s).into_owned();
     let name = clean(&l.name);
     let s = match &l.status {
@@ -127,6 +127,7 @@ fn row(l: &Listed, local_now: u64) -> [String; 7] {
             return [
                 name,
                 clean(&format!("unreadable: {e}")),
+                "-".into(),
                 "-".into(),
                 "-".into(),
                 "-".into(),
@@ -157,10 +158,26 @@ fn row(l: &Listed, local_now: u64) -> [String; 7] {
                 format!("{}/{limit}", s.permits.len()),
             )
         }
+        // --shared holders and no exclusive one: the first of them, and how many more.
+        None if !s.shared.is_empty() && s.token.is_none() && !s.foreign => {
+            let first = &s.shared[0];
+            let who = who(first.host.as_deref(), first.pid);
+            let holder = match s.shared.len() {
+                1 => format!("shared: {who}"),
+                n => format!("shared: {who} +{}", n - 1),
+            };
+            (
+                holder,
+                s.shared.iter().filter_map(|p| p.acquired_ms).min(),
+                s.shared.iter().map(|p| p.ttl_ms).max(),
+                "-".to_owned(),
+            )
+        }
         None => (holder_cell(s), s.acquired_ms, s.ttl_ms, "-".to_owned()),
     };
+    let held = s.held || !s.shared.is_empty() || !s.permits.is_empty();
     let age = acquired.map_or("-".to_owned(), |at| short(now.saturating_sub(at)));
-    let ttl = match (s.held, ttl) {
+    let ttl = match (held, ttl) {
         (false, _) => "-".to_owned(),
         (true, Some(ms)) => short(ms),
         (true, None) => "none".to_owned(),
@@ -177,6 +194,14 @@ fn row(l: &Listed, local_now: u64) -> [String; 7] {
             short(now.saturating_sub(r.ended_ms))
         )
     });
+    // `28m left: DB migration`: how long new runs stay busy, and why.
+    let paused = s.paused.as_ref().map_or("-".to_owned(), |p| {
+        format!(
+            "{} left: {}",
+            short(p.until_ms.saturating_sub(now)),
+            p.reason
+        )
+    });
     [
         name,
         clean(&holder),
@@ -184,6 +209,7 @@ fn row(l: &Listed, local_now: u64) -> [String; 7] {
         ttl,
         s.queued.to_string(),
         permits,
+        clean(&paused),
         clean(&last_run),
     ]
 }
@@ -267,6 +293,7 @@ mod tests {
                 "20s",
                 "2",
                 "-",
+                "-",
                 "failed (exit 3) 1m ago"
             ]
             .map(String::from)
@@ -299,7 +326,7 @@ mod tests {
         assert!(text.starts_with("LOCK       HOLDER"), "{text}");
         assert_eq!(
             table(&[]),
-            "LOCK  HOLDER  AGE  TTL  QUEUE  PERMITS  LAST RUN"
+            "LOCK  HOLDER  AGE  TTL  QUEUE  PERMITS  PAUSED  LAST RUN"
         );
     }
 }

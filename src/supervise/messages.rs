@@ -233,7 +233,8 @@ pub(super) fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
             _ => String::new(),
         };
         return format!(
-            "lock {key} is busy: {}{held}{waited}; new runs wait until resume or the pause ends",
+            "lock {key} is busy: {}{held}{waited}; new runs are busy until resume or the pause \
+             ends (runs with --wait keep their place)",
             paused_text(p)
         );
     }

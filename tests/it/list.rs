@@ -367,3 +367,58 @@ fn list_on_sentinel_reads_the_master() {
         "{out}"
     );
 }
+
+/// A lock that is only paused is listed (what is paused for maintenance?), with how long and
+/// why in the PAUSED column; a lock held only by `--shared` runs shows them as its holder.
+#[test]
+fn list_shows_paused_locks_and_shared_holders() {
+    let redis = RedisServer::start();
+    let conn = on(&redis);
+    Wrapper::new()
+        .arg("pause")
+        .args(&conn)
+        .args([
+            "--key",
+            "maint:only",
+            "--for",
+            "30m",
+            "--reason",
+            "DB migration",
+        ])
+        .run()
+        .expect_code(0);
+    let dir = scratch();
+    let mut reader = Wrapper::on(&redis, "reports")
+        .args(["--shared", "--ttl", "10s"])
+        .sh("echo $$ > started; exec sleep 120")
+        .current_dir(dir.path())
+        .spawn();
+    reader.child_pid(&dir.path().join("started"), secs(20));
+
+    let text = list(&conn, &[]);
+    text.expect_code(0);
+    assert!(text.stdout.contains("PAUSED"), "{text}");
+    let paused_row = text
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("redlock:maint:only"))
+        .unwrap_or_else(|| panic!("the paused lock is listed: {text}"));
+    assert!(paused_row.contains("left: DB migration"), "{text}");
+    let shared_row = text
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("redlock:reports"))
+        .unwrap_or_else(|| panic!("the shared lock is listed: {text}"));
+    assert!(
+        shared_row.contains(&format!("shared: {} pid", hostname())),
+        "{text}"
+    );
+
+    let json = by_key(&list(&conn, &["--json"]));
+    assert_eq!(
+        json["redlock:maint:only"]["paused"]["reason"], "DB migration",
+        "{json:?}"
+    );
+    reader.signal(nix::sys::signal::Signal::SIGTERM);
+    reader.wait(secs(20));
+}

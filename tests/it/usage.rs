@@ -372,6 +372,15 @@ fn typos_get_a_hint_and_the_usage() {
             &["--key", "k", "--ttl", "30x", "--", "true"],
             &["bare number is seconds"],
         ),
+        // A missing required option is named, with the subcommand's usage.
+        (
+            &["pause", "--key", "k"],
+            &["--for <DUR>, --reason <TEXT>", "Usage: redlock-run pause"],
+        ),
+        (
+            &["pause", "--key", "k", "--for", "1m"],
+            &["not provided: --reason <TEXT>", "Usage: redlock-run pause"],
+        ),
     ];
     for (args, needles) in cases {
         let out = Wrapper::new().args(["--redis", &url]).args(*args).run();

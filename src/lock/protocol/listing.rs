@@ -18,7 +18,8 @@ use redis::Value;
 use super::keys::{self, Keys};
 use super::status;
 
-/// Companions whose presence lists a lock.
+/// Companions whose presence lists a lock (a pause alone lists it too: "what is paused for
+/// maintenance?" is asked of `list`).
 pub const LISTED_BY: &[&str] = &[
     "holder",
     "holders",
@@ -26,6 +27,8 @@ pub const LISTED_BY: &[&str] = &[
     "queue",
     "last-run",
     "last-success",
+    "pause",
+    "shared",
 ];
 
 /// The SCAN MATCH patterns that find the companions of every lock whose name starts with

@@ -44,7 +44,7 @@ local function write_record(first, creating)
   end
   -- Only `break` writes who broke a run (break.lua); a later run's record has nobody.
   fields[#fields + 1] = 'broken_by'
-  fields[#fields + 1] = 
+  fields[#fields + 1] = ''
   local targets = {run_key}
   if outcome == 'succeeded' then
     targets[2] = success_key
