@@ -290,7 +290,7 @@ mod tests {
         assert_eq!(
             busy_message("k", &paused, Wait::For(Duration::ZERO)),
             "lock k is busy: paused by ops1 until 2026-12-02T18:20:11Z: deploy freeze; new runs \
-             wait until resume or the pause ends"
+             are busy until resume or the pause ends (runs with --wait keep their place)"
         );
         let held = Holder {
             free: false,
