@@ -127,16 +127,19 @@ pub fn read(path: &Path, named: bool) -> Result<Option<String>, UsageError> {
             mode & 0o7777
         )));
     }
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    if let Ok(dir_meta) = std::fs::metadata(dir) {
+    // Every directory above the file, on the path as given and on the one its links lead to:
+    // one that every user may write to could have the file (or a directory on the way to it)
+    // replaced. The sticky bit (/tmp) stops others from replacing what they do not own.
+    let given = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| given.clone());
+    for dir in given.ancestors().skip(1).chain(real.ancestors().skip(1)) {
+        let Ok(dir_meta) = std::fs::metadata(dir) else {
+            continue;
+        };
         let dir_mode = dir_meta.permissions().mode();
-        // The sticky bit (/tmp) stops others from replacing a file they do not own.
         if dir_mode & 0o002 != 0 && dir_mode & 0o1000 == 0 {
             return Err(UsageError(format!(
-                "the config file {shown} is in {}, a directory every user may write to \
+                "the config file {shown} is under {}, a directory every user may write to \
                  (mode {:o}): refused, as anyone could replace the file",
                 dir.display(),
                 dir_mode & 0o7777

@@ -51,7 +51,13 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, CliError> {
         options.check(&config, setting).map_err(CliError::File)?;
     }
     let mut cmd = Cli::command();
-    for setting in config.settings_for(cli.conn.key.as_deref()) {
+    // A hold's REDLOCK_KEY (the full key) picks the section of its lock name.
+    let name = cli
+        .conn
+        .key
+        .as_deref()
+        .map(|k| super::held_name(k, &cli.conn.prefix).unwrap_or(k));
+    for setting in config.settings_for(name) {
         cmd = options.set_default(cmd, &config, setting);
     }
     let matches = cmd.try_get_matches_from(&args).map_err(CliError::Clap)?;

@@ -104,6 +104,7 @@ pub fn target_from_args(conn: &ConnArgs) -> Result<Target, UsageError> {
         .key
         .as_deref()
         .ok_or_else(|| usage("missing --key (or REDLOCK_KEY): the lock name is required"))?;
+    let name = held_name(name, &conn.prefix).unwrap_or(name);
     if name.is_empty() {
         return Err(usage("--key is empty: give the lock a name"));
     }
@@ -116,6 +117,19 @@ pub fn target_from_args(conn: &ConnArgs) -> Result<Target, UsageError> {
     }
     lock::check_name(&key).map_err(|e| usage(format!("--key: the lock name {key:?} {e}")))?;
     target_for(conn, key)
+}
+
+/// The lock name in `key` when it is the full key of a hold across CI steps: `acquire` prints
+/// REDLOCK_KEY as a run's command sees it (prefix included), and a later step's `release` or
+/// `status` reads it back from the environment beside the hold's REDLOCK_TOKEN. Taken as
+/// that key, not prefixed a second time (and its config section is the name's).
+pub fn held_name<'a>(key: &'a str, prefix: &str) -> Option<&'a str> {
+    let from_hold = std::env::var("REDLOCK_KEY").is_ok_and(|env_key| env_key == key)
+        && std::env::var_os("REDLOCK_TOKEN").is_some();
+    if !from_hold || prefix.is_empty() {
+        return None;
+    }
+    key.strip_prefix(prefix).filter(|name| !name.is_empty())
 }
 
 /// `list`: the servers of `conn` and what to list. `--key` is not used: the backend is
@@ -495,23 +509,25 @@ impl ReleaseConfig {
                  printed it",
             ));
         }
-        let mut target = target_from_args(conn)?;
-        // `acquire` prints REDLOCK_KEY as a run's command sees it: the full key, prefix
-        // included. Read back from the environment beside the hold's REDLOCK_TOKEN, it is taken
-        // as that key, not prefixed a second time.
-        if let (Some(name), Ok(env_key)) = (&conn.key, std::env::var("REDLOCK_KEY"))
-            && *name == env_key
-            && std::env::var_os("REDLOCK_TOKEN").is_some()
-            && name.starts_with(&conn.prefix)
-            && !conn.prefix.is_empty()
-        {
-            target = target_from_args(&ConnArgs {
-                key: Some(name[conn.prefix.len()..].to_owned()),
-                ..conn.clone()
-            })?;
-        }
+        let target = target_from_args(conn)?;
         Ok(ReleaseConfig { target, token })
     }
+}
+
+/// Line and paragraph separators, bidirectional marks, embeddings, overrides and isolates,
+/// zero-width characters and the byte order mark.
+fn is_invisible_or_reordering(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
 }
 
 /// The longest `--note` or `pause --reason`, in characters.
@@ -524,6 +540,15 @@ pub fn one_line_text<'a>(flag: &str, text: &'a str) -> Result<&'a str, UsageErro
     if text.chars().any(char::is_control) {
         return Err(usage(format!(
             "{flag} must be one line of printable text (it holds a control character)"
+        )));
+    }
+    // Shown to others by `status` and `list`: no character that breaks a line, reorders
+    // what follows it (bidirectional overrides) or cannot be seen.
+    if let Some(c) = text.chars().find(|c| is_invisible_or_reordering(*c)) {
+        return Err(usage(format!(
+            "{flag} must be one line of plain text (it holds U+{:04X}, a character that is \
+             invisible, breaks the line or reorders the text)",
+            u32::from(c)
         )));
     }
     let n = text.chars().count();

@@ -364,6 +364,24 @@ fn a_world_writable_file_is_refused() {
     );
     assert!(!dir.path().join("ran").exists(), "{out}");
 
+    // Nor under it (a private directory inside), nor reached by a link from elsewhere.
+    let inner = open_dir.join("inner");
+    fs::create_dir(&inner).unwrap();
+    fs::set_permissions(&inner, fs::Permissions::from_mode(0o755)).unwrap();
+    let deep = config_in(&inner, "c.toml", &text);
+    let link = dir.path().join("link.toml");
+    std::os::unix::fs::symlink(&in_open_dir, &link).unwrap();
+    for path in [&deep, &link] {
+        let out = run(path);
+        out.expect_code(2);
+        assert!(
+            out.expect_one_line()
+                .contains("a directory every user may write to"),
+            "{out}"
+        );
+        assert!(!dir.path().join("ran").exists(), "{out}");
+    }
+
     // With the sticky bit (as /tmp), nobody else can replace the file: accepted.
     fs::set_permissions(&open_dir, fs::Permissions::from_mode(0o1777)).unwrap();
     run(&in_open_dir).expect_code(0);

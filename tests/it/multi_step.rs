@@ -622,3 +622,80 @@ fn old_hold_records_are_dropped_by_the_next_acquire() {
     assert!(ttl > 3_600_000, "kept for --max-hold and a day: {ttl}");
     release(&w, &hold.token).expect_code(0);
 }
+
+/// A later step that has only the hold's environment (REDLOCK_KEY, the full key, and
+/// REDLOCK_TOKEN) and the config file finds the hold: its `status` and `release` read the
+/// lock name's section (here the only place the lock's Redis is named), not a key with the
+/// prefix twice.
+#[test]
+fn a_later_step_finds_the_hold_by_its_environment_and_config_section() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "redis = \"redis://127.0.0.1:1\"\n[lock.\"deploy:prod\"]\nredis = \"{}\"\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let first = Wrapper::new()
+        .env("REDLOCK_CONFIG", &config)
+        .args(["acquire", "--key", "deploy:prod", "--max-hold", "2m"])
+        .run();
+    first.expect_code(0);
+    let vars = exported(&first.stdout);
+    let later = || {
+        let mut w = Wrapper::new().env("REDLOCK_CONFIG", &config);
+        for (name, value) in &vars {
+            w = w.env(name, value);
+        }
+        w
+    };
+    let status = later().args(["status", "--json"]).run();
+    status.expect_code(0);
+    let json = parse_json(&status.stdout);
+    assert_eq!(json["held"], true, "{status}");
+    assert_eq!(json["key"], "redlock:deploy:prod", "{status}");
+    later().arg("release").run().expect_code(0);
+    assert!(!redis.exists("redlock:deploy:prod"));
+}
+
+/// The keeper inherits none of the step's descriptors: a pipe the step passed on (here fd 9,
+/// read by `cat` to its end, as a CI runner or `$(...)` reads) closes when `acquire` exits,
+/// not when the keeper ends; and the keeper leaves the step's working directory.
+#[test]
+fn the_keeper_keeps_none_of_the_steps_descriptors() {
+    let redis = RedisServer::start();
+    let script = format!(
+        "{{ REDLOCK_CONFIG= {} acquire --redis {} --key fds --max-hold 2m >/dev/null; }} 9>&1 | cat",
+        wrapper_bin(),
+        redis.url()
+    );
+    let started = std::time::Instant::now();
+    let mut shell = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(status) = shell.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > secs(60) {
+            let _ = shell.kill();
+            panic!("the pipeline waited for the keeper");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let w = Wrapper::on(&redis, "fds");
+    let json = status_json(&w);
+    let pid = json["pid"].as_i64().expect("the keeper holds") as i32;
+    let keeper = PidGuard::new(pid);
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
+        std::path::Path::new("/")
+    );
+    drop(keeper);
+}

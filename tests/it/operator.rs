@@ -358,6 +358,15 @@ fn the_note_is_shown_by_status_in_text_and_json() {
         .run();
     out.expect_code(2);
     assert!(out.stderr.contains("--note"), "{out}");
+    // Nor a character that reorders or hides what status shows (RLO, a line separator, a
+    // zero-width space).
+    for odd in ["evil\u{202E}txt.exe", "one\u{2028}two", "zero\u{200B}width"] {
+        let out = Wrapper::on(&redis, "n")
+            .args(["--note", odd, "--", "true"])
+            .run();
+        out.expect_code(2);
+        assert!(out.stderr.contains("plain text"), "{out}");
+    }
 }
 
 #[test]
@@ -524,4 +533,22 @@ fn pause_holds_off_shared_runs_and_the_note_is_on_the_share() {
     assert!(dir.path().join("went").exists());
     reader.signal(nix::sys::signal::Signal::SIGTERM);
     reader.wait(secs(20));
+}
+
+/// A lock kept by `--hold-at-least` after its command finished can be broken; the run's own
+/// record (it succeeded, written by its release) is left as it is, not made "broken".
+#[test]
+fn break_of_a_lock_kept_by_hold_at_least_keeps_the_runs_record() {
+    let redis = RedisServer::start();
+    let conn = single(&redis, "kept");
+    Wrapper::on(&redis, "kept")
+        .args(["--hold-at-least", "5m", "--", "true"])
+        .run()
+        .expect_code(0);
+    assert!(redis.exists("redlock:kept"), "kept by --hold-at-least");
+    op(&conn, "break", &["--yes"]).expect_code(0);
+    assert!(!redis.exists("redlock:kept"));
+    let json = status_json(&conn);
+    assert_eq!(json["last_run"]["outcome"], "succeeded", "{json}");
+    assert!(json["last_run"]["broken_by"].is_null(), "{json}");
 }

@@ -71,7 +71,9 @@ impl Semaphore {
             // The pause key (after the limit): busy while paused; the note; the shared
             // holders' set: a lock held with --shared is refused (ARGV[18]).
             .then(vec![k.pause.clone(), holder.note.clone(), k.shared.clone()])
-            .needing_moved(&[&names[..], &[k.pause.as_str()]].concat())
+            // The shared set too: on the node a migrating slot goes to, a set still on the
+            // node it leaves would look absent, and a --limit run go in beside shared holders.
+            .needing_moved(&[&names[..], &[k.pause.as_str(), k.shared.as_str()]].concat())
     }
 
     pub fn renew(&self, token: &str, ttl: Duration) -> ScriptCall {

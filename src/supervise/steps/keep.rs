@@ -290,6 +290,9 @@ async fn keep_lease<L: Lock>(
 /// a CI runner reading its output) waits for none of them.
 fn detach(handshake: Handshake) {
     drop(handshake);
+    // Nor its working directory: a step's checkout may be removed (or a mount unmounted)
+    // while the hold lasts.
+    let _ = std::env::set_current_dir("/");
     if let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -44,14 +44,19 @@ local now_us, now_ms = server_now()
 
 -- What is known of the run: host, pid, command, acquired (ms), fence.
 local host, pid, cmd, since, fence
+-- A holder whose command already finished (kept by --hold-at-least) released with its run
+-- record written: breaking it takes the lock, and leaves that record as it is.
+local finished = false
 if kind == 'string' then
   if redis.call('GET', lock) ~= token then
     return {0}
   end
   if here(holder) and type_here(holder) == 'hash' then
-    local info = redis.call('HMGET', holder, 'token', 'host', 'pid', 'cmd', 'acquired_ms', 'fence')
+    local info = redis.call('HMGET', holder, 'token', 'host', 'pid', 'cmd', 'acquired_ms', 'fence',
+      'finished_ms')
     if info[1] == token then
       host, pid, cmd, since, fence = info[2], info[3], info[4], info[5], info[6]
+      finished = info[7] ~= nil and info[7] ~= false
     end
   end
 elseif kind == 'zset' then
@@ -61,6 +66,7 @@ elseif kind == 'zset' then
   end
   if here(holders) and type_here(holders) == 'hash' then
     local info = redis.call('HGET', holders, token)
+    finished = redis.call('HEXISTS', holders, token .. ':kept') == 1
     if info then
       host, pid, since, fence, cmd = string.match(info,
         '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
@@ -86,7 +92,7 @@ if kind == 'string' then
 else
   redis.call('ZREM', lock, token)
   if here(holders) then
-    redis.call('HDEL', holders, token)
+    redis.call('HDEL', holders, token, token .. ':kept')
   end
 end
 redis.call('SET', fence_key, fence_str, 'PX', fence_keep)
@@ -100,7 +106,7 @@ end
 
 -- The run record, for the holder that lost the lock (best effort, as record.lua: a key of
 -- another type is left as it is).
-if type_here(last_run) == 'hash' or type_here(last_run) == 'none' then
+if not finished and (type_here(last_run) == 'hash' or type_here(last_run) == 'none') then
   local started = tonumber(since or '') or now_ms
   redis.call('HSET', last_run,
     'host', host or '', 'pid', pid or '', 'program', cmd or '', 'fence', fence or '',
