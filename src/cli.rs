@@ -146,7 +146,11 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
         "2",
         "bad usage (flags, durations, URL, key, missing command, config file)",
     ),
-    ("70", "internal error"),
+    (
+        "70",
+        "internal error; acquire: the hold could not be handed on (stdout or a --github or \
+         --dotenv file not writable; the lock was released)",
+    ),
 ];
 
 /// What the command finds in its environment.
