@@ -2,12 +2,14 @@
 //! allows), its whole tree tracked, signals forwarded, job control at a terminal.
 
 mod clone_into;
+mod fds;
 mod job;
 mod signals;
 mod spawn;
 mod terminal;
 mod tree;
 
+pub use fds::cloexec_from_3_but;
 pub use job::{Event, Job, become_subreaper, group_is_orphaned};
 pub use signals::Signals;
 pub use spawn::SpawnError;

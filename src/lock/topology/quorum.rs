@@ -196,25 +196,7 @@ impl Quorum {
         failures: &[RedisFailure],
         maybe_sent: bool,
     ) -> RedisFailure {
-        let kind = failures
-            .iter()
-            .map(|f| f.kind)
-            .find(|k| *k != FailureKind::Unreachable)
-            .unwrap_or(FailureKind::Unreachable);
-        let first = failures
-            .first()
-            .map(|f| format!("; {f}"))
-            .unwrap_or_default();
-        RedisFailure::of_many(
-            kind,
-            format!("{} of {} Redlock masters", self.n() - got, self.n()),
-            format!(
-                "only {got} of {} {what}, {} needed{first}",
-                self.n(),
-                self.quorum
-            ),
-            maybe_sent,
-        )
+        self.too_few_for(self.quorum, what, got, failures, maybe_sent)
     }
 
     /// Like `too_few`, for an operator's command that needed `needed` nodes.
@@ -224,6 +206,17 @@ impl Quorum {
         what: &str,
         got: usize,
         failures: &[RedisFailure],
+    ) -> RedisFailure {
+        self.too_few_for(needed, what, got, failures, true)
+    }
+
+    fn too_few_for(
+        &self,
+        needed: usize,
+        what: &str,
+        got: usize,
+        failures: &[RedisFailure],
+        maybe_sent: bool,
     ) -> RedisFailure {
         let kind = failures
             .iter()
@@ -238,7 +231,7 @@ impl Quorum {
             kind,
             format!("{} of {} Redlock masters", self.n() - got, self.n()),
             format!("only {got} of {} {what}, {needed} needed{first}", self.n()),
-            true,
+            maybe_sent,
         )
     }
 

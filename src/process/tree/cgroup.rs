@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::process::fds::{RangeOp, on_range};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::resource::{Resource, getrlimit};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, pipe2, setpgid};
@@ -515,35 +515,9 @@ unsafe fn guard_main(arm: RawFd, kill: RawFd, dir: *const libc::c_char) -> ! {
 /// the runtime): only for a process that will use none of them again, such as a forked child
 /// that ends in `exec` or `_exit` without returning into code that holds them.
 unsafe fn close_fds_except(a: RawFd, b: RawFd) {
-    let (lo, hi) = (a.min(b) as i64, a.max(b) as i64);
-    let last = libc::c_uint::MAX as i64;
-    for (first, end) in [(0, lo - 1), (lo + 1, hi - 1), (hi + 1, last)] {
-        if first > end {
-            continue;
-        }
-        // SAFETY: close_range takes plain integers; closing descriptors others may own is the
-        // caller's contract. Raw syscall: neither libc's wrapper (glibc 2.34+) nor nix is
-        // available everywhere this builds.
-        let done = unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                first as libc::c_uint,
-                end as libc::c_uint,
-                0 as libc::c_uint,
-            )
-        } == 0;
-        if !done {
-            // Kernels before 5.9: one close per possible descriptor, bounded.
-            let max = match getrlimit(Resource::RLIMIT_NOFILE) {
-                Ok((soft, _)) => (soft as i64).min(65_536),
-                Err(_) => 1024,
-            };
-            for fd in first..=end.min(max - 1) {
-                // SAFETY: as for close_range above. Raw libc: nix's `close` takes an owned
-                // descriptor, and these are owned by nobody here.
-                unsafe { libc::close(fd as RawFd) };
-            }
-        }
+    let (lo, hi) = (a.min(b), a.max(b));
+    for (first, end) in [(0, lo - 1), (lo + 1, hi - 1), (hi + 1, RawFd::MAX)] {
+        on_range(first, end, RangeOp::Close);
     }
 }
 

@@ -8,7 +8,7 @@
 //! `/proc/PID/cmdline`): the keeper makes it and sends it back over the pipe.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -129,41 +129,14 @@ fn spawn_keeper(write_end: &OwnedFd) -> std::io::Result<std::process::Child> {
                 std::os::fd::BorrowedFd::borrow_raw(fd),
                 FcntlArg::F_SETFD(FdFlag::empty()),
             )?;
-            cloexec_all_but(fd);
+            // None of the step's descriptors (a pipe a CI runner or `$(...)` reads to its
+            // end would otherwise wait for the keeper, up to --max-hold); marked, not
+            // closed: the exec-error pipe must live until the exec.
+            crate::process::cloexec_from_3_but(fd);
             Ok(())
         });
     }
     cmd.spawn()
-}
-
-/// Mark every descriptor from 3 on but `keep` close-on-exec, so the keeper inherits none of
-/// the step's (a pipe a CI runner or `$(...)` reads to its end would otherwise wait for the
-/// keeper, up to --max-hold). Marked, not closed: the runtime's exec-error pipe must live
-/// until the exec. Async-signal-safe.
-fn cloexec_all_but(keep: RawFd) {
-    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-    for (first, last) in [(3, keep - 1), (keep + 1, libc::c_int::MAX)] {
-        if first > last {
-            continue;
-        }
-        // SAFETY: plain integers; marking descriptors close-on-exec only affects the exec.
-        // Raw syscall: neither libc's wrapper (glibc 2.34+) nor nix is available everywhere.
-        let done = unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                first as libc::c_uint,
-                last as libc::c_uint,
-                CLOSE_RANGE_CLOEXEC,
-            )
-        } == 0;
-        if !done {
-            // Kernels before 5.11: one fcntl per possible descriptor, bounded.
-            for fd in first..=last.min(65_535) {
-                // SAFETY: F_SETFD on a descriptor that may not exist (EBADF, ignored).
-                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-            }
-        }
-    }
 }
 
 fn parse(text: &str) -> Told {
