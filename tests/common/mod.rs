@@ -967,3 +967,29 @@ pub fn start_primary_and_replica() -> (RedisServer, RedisServer) {
 pub fn parse_json(text: &str) -> serde_json::Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
+
+/// `script(1)`, to run a command on a pseudo-terminal, with the job-control signals at their
+/// defaults: a test run started in the background of a script (`cmd &` ignores SIGINT and
+/// SIGQUIT, and an ignored signal stays ignored across exec) would otherwise hand that to the
+/// shell and the command under test, and Ctrl-C or Ctrl-\ would do nothing there.
+pub fn script_command() -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("script");
+    // SAFETY: only sigaction (async-signal-safe) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            use nix::sys::signal::{SigHandler, Signal, signal};
+            for sig in [
+                Signal::SIGINT,
+                Signal::SIGQUIT,
+                Signal::SIGTSTP,
+                Signal::SIGTTIN,
+                Signal::SIGTTOU,
+            ] {
+                signal(sig, SigHandler::SigDfl).map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
+    cmd
+}

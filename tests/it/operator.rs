@@ -429,9 +429,9 @@ fn sentinel_break_and_pause() {
 /// what the terminal showed.
 fn on_terminal(args: &str, input: &str) -> (Option<i32>, String) {
     use std::io::Write as _;
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
     let cmdline = format!("{} {args}", wrapper_bin());
-    let mut child = Command::new("script")
+    let mut child = script_command()
         .args(["-qefc", &cmdline, "/dev/null"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -12,7 +12,7 @@ use crate::common::*;
 /// code of script (which is the wrapper's with -e) and everything the terminal showed.
 fn on_terminal(args: &str, input: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
     let cmdline = format!("{} {args}", wrapper_bin());
-    let mut cmd = Command::new("script");
+    let mut cmd = script_command();
     cmd.args(["-qefc", &cmdline, "/dev/null"])
         .env("REDLOCK_CONFIG", "")
         .stdin(Stdio::piped())
@@ -106,7 +106,7 @@ fn verbose_messages_do_not_stop_the_wrapper_under_tostop() {
         wrapper_bin(),
         redis.url()
     );
-    let mut cmd = Command::new("script");
+    let mut cmd = script_command();
     // bash with job control runs the wrapper as its own job, so its group is not orphaned and
     // a background write really gets SIGTTOU.
     cmd.args(["-qefc", &format!("bash -c '{inner}'"), "/dev/null"])
@@ -151,7 +151,7 @@ impl Shell {
         let dir = scratch();
         let rc = dir.path().join("bashrc");
         std::fs::write(&rc, format!("PS1='{PROMPT}'\n")).unwrap();
-        let mut child = Command::new("script")
+        let mut child = script_command()
             .args([
                 "-qfc",
                 &format!("bash --noprofile --rcfile {} -i", rc.display()),
