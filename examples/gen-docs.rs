@@ -818,7 +818,7 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
     let options: Vec<&Arg> = cmd.get_arguments().filter(|a| !a.is_hide_set()).collect();
     write_options(w, &options)?;
 
-    write_reading_section(w, &cmd, "status", cli::STATUS_USAGE)?;
+    write_subcommand_section(w, &cmd, "status", cli::STATUS_USAGE)?;
 
     let forget = cmd
         .find_subcommand("forget")
@@ -844,40 +844,9 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
         ("pause", cli::PAUSE_USAGE),
         ("resume", cli::RESUME_USAGE),
     ] {
-        let sub = cmd
-            .find_subcommand(name)
-            .unwrap_or_else(|| panic!("the {name} subcommand"));
-        writeln!(w, ".SH {}", name.to_uppercase())?;
-        writeln!(w, "{}", synopsis_form(usage))?;
-        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
-            for paragraph in about.to_string().split("\n\n") {
-                writeln!(w, ".PP\n{}", line_guard(&escape(&sentence(paragraph))))?;
-            }
-        }
-        let (shared, own): (Vec<&Arg>, Vec<&Arg>) = visible_options(sub)
-            .filter(|a| a.get_id() != "help")
-            .partition(|a| cmd.get_arguments().any(|r| r.get_id() == a.get_id()));
-        let shared: Vec<String> = shared
-            .iter()
-            .filter_map(|a| a.get_long())
-            .map(|l| format!("\\fB\\-\\-{}\\fR", escape(l)))
-            .collect();
-        if own.is_empty() {
-            writeln!(
-                w,
-                ".PP\nIt takes these options as described under OPTIONS: {}; and no others.",
-                shared.join(", ")
-            )?;
-        } else {
-            writeln!(
-                w,
-                ".PP\nIt takes these options as described under OPTIONS: {}; and its own:",
-                shared.join(", ")
-            )?;
-            write_option_entries(w, &own)?;
-        }
+        write_subcommand_section(w, &cmd, name, usage)?;
     }
-    write_reading_section(w, &cmd, "list", cli::LIST_USAGE)?;
+    write_subcommand_section(w, &cmd, "list", cli::LIST_USAGE)?;
 
     writeln!(w, ".SH EXAMPLES")?;
     for (comment, command) in cli::EXAMPLES {
@@ -907,9 +876,9 @@ fn write_man(w: &mut dyn Write, readme: &str) -> std::io::Result<()> {
     man.render_version_section(w)
 }
 
-/// The section of a subcommand that reads (`status`, `list`): its usage, its help, the global
-/// options it takes, and its own options in full.
-fn write_reading_section(
+/// The section of a subcommand: its usage, its help, the global options it takes, and its own
+/// options in full (or that it has none).
+fn write_subcommand_section(
     w: &mut dyn Write,
     cmd: &Command,
     name: &str,
@@ -933,6 +902,13 @@ fn write_reading_section(
         .filter_map(|a| a.get_long())
         .map(|l| format!("\\fB\\-\\-{}\\fR", escape(l)))
         .collect();
+    if own.is_empty() {
+        return writeln!(
+            w,
+            ".PP\nIt takes these options as described under OPTIONS: {}; and no others.",
+            shared.join(", ")
+        );
+    }
     writeln!(
         w,
         ".PP\nIt takes these options as described under OPTIONS: {}; and its own:",
