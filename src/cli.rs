@@ -455,6 +455,22 @@ pub struct PauseArgs {
 #[derive(Debug, Args)]
 pub struct ResumeArgs {}
 
+impl Sub {
+    /// The subcommand's name on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Sub::Status(_) => "status",
+            Sub::Forget(_) => "forget",
+            Sub::Acquire(_) => "acquire",
+            Sub::Release(_) => "release",
+            Sub::List(_) => "list",
+            Sub::Break(_) => "break",
+            Sub::Pause(_) => "pause",
+            Sub::Resume(_) => "resume",
+        }
+    }
+}
+
 /// `forget` has no options of its own: the lock is named by the global ones.
 #[derive(Debug, Args)]
 pub struct ForgetArgs {}

@@ -153,31 +153,29 @@ fn parse_and_run() -> End {
             return Ending::Software.code().into();
         }
     };
-    match &cli.subcommand {
-        Some(Sub::Status(_)) if cli.run.shell.is_some() || !cli.run.command.is_empty() => {
-            report.error(
-                "usage",
-                "error: status runs no command: drop -c, or put -- before a program named status",
-            );
-            exit::USAGE.into()
-        }
-        Some(Sub::Forget(_)) if cli.run.shell.is_some() || !cli.run.command.is_empty() => {
-            report.error(
-                "usage",
-                "error: forget runs no command: drop -c, or put -- before a program named forget",
-            );
-            exit::USAGE.into()
-        }
-        Some(Sub::Acquire(_) | Sub::Release(_))
-            if cli.run.shell.is_some() || !cli.run.command.is_empty() =>
-        {
-            report.error(
+    // A subcommand runs no command of its own: one given with it is a usage error (a program
+    // that is named like a subcommand is run after `--`).
+    if let Some(sub) = &cli.subcommand
+        && (cli.run.shell.is_some() || !cli.run.command.is_empty())
+    {
+        match sub {
+            Sub::Acquire(_) | Sub::Release(_) => report.error(
                 "usage",
                 "error: acquire and release run no command: the steps between them are the \
                  work (drop -c or the command)",
-            );
-            exit::USAGE.into()
+            ),
+            _ => report.error(
+                "usage",
+                format_args!(
+                    "error: {name} runs no command: drop -c, or put -- before a program named \
+                     {name}",
+                    name = sub.name()
+                ),
+            ),
         }
+        return exit::USAGE.into();
+    }
+    match &cli.subcommand {
         Some(Sub::Acquire(args)) => match config::AcquireConfig::from_args(&cli.conn, args) {
             Ok(cfg) => {
                 let report = report.with_key(&cfg.run.target.key);
@@ -200,13 +198,6 @@ fn parse_and_run() -> End {
             }
             Err(e) => usage_error(&report, &e).code().into(),
         },
-        Some(Sub::List(_)) if cli.run.shell.is_some() || !cli.run.command.is_empty() => {
-            report.error(
-                "usage",
-                "error: list runs no command: drop -c, or put -- before a program named list",
-            );
-            exit::USAGE.into()
-        }
         Some(Sub::List(args)) => match config::list_from_args(&cli.conn, args) {
             Ok((target, query)) => {
                 warn_about(&target, &report);
@@ -217,23 +208,6 @@ fn parse_and_run() -> End {
             }
             Err(e) => usage_error(&report, &e).code().into(),
         },
-        Some(sub @ (Sub::Break(_) | Sub::Pause(_) | Sub::Resume(_)))
-            if cli.run.shell.is_some() || !cli.run.command.is_empty() =>
-        {
-            let name = match sub {
-                Sub::Break(_) => "break",
-                Sub::Pause(_) => "pause",
-                _ => "resume",
-            };
-            report.error(
-                "usage",
-                format_args!(
-                    "error: {name} runs no command: drop -c, or put -- before a program named \
-                     {name}"
-                ),
-            );
-            exit::USAGE.into()
-        }
         Some(sub @ (Sub::Break(_) | Sub::Pause(_) | Sub::Resume(_))) => {
             match config::target_from_args(&cli.conn) {
                 Ok(target) => {
