@@ -86,17 +86,12 @@ if not none_queued and queue_here(queue, expiry) then
   reap_waiters(queue, expiry, now_ms, 1)
 end
 
--- The pause in force (`pause`), as {reason, host, until_ms}, or nil. It decides only where
--- the lock is free: a holder is never touched by a pause.
+-- The pause in force (prelude.lua); none when the probe found none of the rare keys.
 local function paused_now()
-  if none_queued or pause == '' or not here(pause) or type_here(pause) ~= 'hash' then
+  if none_queued then
     return nil
   end
-  local p = redis.call('HMGET', pause, 'reason', 'host', 'until_ms')
-  if not p[3] then
-    return nil
-  end
-  return {p[1] or '', p[2] or '', p[3]}
+  return pause_in_force(pause)
 end
 local paused
 

@@ -109,3 +109,17 @@ local function leave_queue(queue, expiry, waiter)
     end
   end
 end
+
+-- The pause in force on the pause key `pause` (`pause`, a hash), as {reason, host, until_ms},
+-- or nil: none named (''), none there, or not a pause (another type, no end). It decides only
+-- where the lock or a share is free: a holder is never touched by a pause.
+local function pause_in_force(pause)
+  if pause == '' or not here(pause) or type_here(pause) ~= 'hash' then
+    return nil
+  end
+  local p = redis.call('HMGET', pause, 'reason', 'host', 'until_ms')
+  if not p[3] then
+    return nil
+  end
+  return {p[1] or '', p[2] or '', p[3]}
+end

@@ -7,7 +7,8 @@
 -- ARGV: fence counter, holders (hash token -> info), cancelled tokens, queue, queue expiry,
 -- limit (the LIMIT every holder of this lock uses); then token, ttl ms, fence counter ttl ms,
 -- host, pid, command, waiter id ('' = does not wait), how long a waiter's place is kept (ms),
--- limit; then the shared holders' set of --shared runs (refused: a lock is shared or limited).
+-- limit; then the pause key, the holder's note, and the shared holders' set of --shared runs
+-- (refused: a lock is shared or limited).
 -- Returns as the mutex's acquire.lua: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
 -- place, finished_ms, kept_until_ms} with the holder whose lease ends first (pttl -2: a permit is free but waiters come
 -- first); {2} for a cancelled attempt; TRYAGAIN (reach.lua).
@@ -107,17 +108,6 @@ if queue_here(queue, expiry) then
   reap_waiters(queue, expiry, now_ms, limit)
 end
 
--- The pause in force (`pause`), as {reason, host, until_ms}, or nil.
-local function paused_now()
-  if pause == '' or not here(pause) or type_here(pause) ~= 'hash' then
-    return nil
-  end
-  local p = redis.call('HMGET', pause, 'reason', 'host', 'until_ms')
-  if not p[3] then
-    return nil
-  end
-  return {p[1] or '', p[2] or '', p[3]}
-end
 
 local function busy(free, paused)
   local place = 0
@@ -125,7 +115,7 @@ local function busy(free, paused)
     place = keep_place(queue, expiry, waiter, now_us, now_ms, keep)
   end
   local queued = here(queue) and redis.call('ZCARD', queue) or 0
-  paused = paused or paused_now()
+  paused = paused or pause_in_force(pause)
   if paused and free then
     return {0, -2, '', '', '', queued, place, '', '', paused[1], paused[2], paused[3]}
   end
@@ -159,7 +149,7 @@ if not redis.call('ZSCORE', lock, token) then
   end
   -- Paused: busy, and a waiter keeps its place until resume or expiry. Holders renew as
   -- ever.
-  local paused = paused_now()
+  local paused = pause_in_force(pause)
   if paused then
     return busy(true, paused)
   end

@@ -80,12 +80,10 @@ local function busy(free)
   local pttl = free and -2 or redis.call('PTTL', lock)
   local reply = {0, pttl, host, pid, since, redis.call('ZCARD', queue), place}
   -- A pause in force is told, whoever else keeps the lock (as acquire.lua does).
-  if pause ~= '' and here(pause) and type_here(pause) == 'hash' then
-    local p = redis.call('HMGET', pause, 'reason', 'host', 'until_ms')
-    if p[3] then
-      reply[8], reply[9] = '', ''
-      reply[10], reply[11], reply[12] = p[1] or '', p[2] or '', p[3]
-    end
+  local p = pause_in_force(pause)
+  if p then
+    reply[8], reply[9] = '', ''
+    reply[10], reply[11], reply[12] = p[1], p[2], p[3]
   end
   return reply
 end
@@ -98,7 +96,7 @@ if not redis.call('ZSCORE', shared, token) then
   end
   -- Paused: no new share (a waiter keeps its place until resume or the pause's end); the
   -- shares held go on, as a holder is never touched by a pause.
-  if pause ~= '' and here(pause) and redis.call('EXISTS', pause) == 1 then
+  if pause_in_force(pause) then
     return busy(true)
   end
   -- Every waiter before us (all of them for a run that is not queued yet) must be shared.
