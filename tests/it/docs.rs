@@ -331,6 +331,13 @@ fn calls(md: &str) -> Vec<(String, Vec<String>)> {
                     _ => w,
                 })
                 .skip_while(|w| !w.ends_with("redlock-run"))
+                // The shell's, not the command's: a redirection or the next command.
+                .take_while(|w| {
+                    !(matches!(w.as_str(), "|" | "||" | "&&" | ";")
+                        || w.starts_with('>')
+                        || w.starts_with("1>")
+                        || w.starts_with("2>"))
+                })
                 .collect();
             // A synopsis (`--key <KEY>`) is no command line.
             let synopsis = words.iter().any(|w| w.starts_with('<'));

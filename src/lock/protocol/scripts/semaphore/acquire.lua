@@ -52,7 +52,8 @@ end
 -- --limit runs (shared/acquire.lua refuses the other way round).
 local shared = ARGV[18]
 if here(shared) and redis.call('EXISTS', shared) == 1 then
-  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
+  -- LIMITMISMATCH: a configuration error, as a limit mismatch (lock/error.rs).
+  return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
     ' is used with --shared; --limit cannot share it: use the same options as its other users')
 end
 -- The limit lives exactly as long as the holders (every script that extends a lease extends

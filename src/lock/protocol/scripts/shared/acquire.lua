@@ -41,7 +41,8 @@ end
 
 local kind, value = read_string(lock)
 if kind == 'zset' then
-  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
+  -- LIMITMISMATCH: a configuration error, as a limit mismatch (lock/error.rs).
+  return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
     ' is used with --limit (several holders); --shared cannot share it: use the same ' ..
     'options as its other users')
 elseif kind ~= 'none' and kind ~= 'string' then
