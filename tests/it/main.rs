@@ -73,6 +73,8 @@
 //!   (`--tls-cert`/`--tls-key`), an unknown CA (exit 69), bad TLS options (exit 2).
 //! - `tree`: the command's whole process tree (`setsid`, `timeout(1)`, double forks) is
 //!   stopped, in the cgroup and the /proc modes, and with a cgroup after a wrapper SIGKILL.
+//! - `container`: the Dockerfile's image laid out from its COPY lines and run with chroot in
+//!   new namespaces (`--ignored`, run in CI: a static release build).
 //! - `docs`: the committed completions and man page are up to date; the man page documents
 //!   every option, its variable and `status`; `--help` shows the usage forms; every command
 //!   line of the README and docs/ parses, cron and systemd call the binary by its full path,
@@ -109,6 +111,7 @@ mod child;
 mod cluster;
 mod completion;
 mod config_file;
+mod container;
 mod contract;
 mod docs;
 mod failover;
