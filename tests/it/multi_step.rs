@@ -708,3 +708,50 @@ fn the_keeper_keeps_none_of_the_steps_descriptors() {
     );
     drop(keeper);
 }
+
+/// The keeper's command line (`/proc/PID/cmdline`, which every user of the host can read
+/// while the hold lasts) shows no password given in a `--redis` URL: `acquire`'s arguments
+/// reach the keeper in its environment. It still authenticates when it reconnects (its
+/// connections killed under it, it renews on new ones), and `release` ends it.
+#[test]
+fn the_keepers_command_line_shows_no_password_and_it_renews_after_a_reconnect() {
+    let redis = RedisServer::start_with(&["--requirepass", "Sekr3tPw"]);
+    let url = format!("redis://:Sekr3tPw@127.0.0.1:{}", redis.port());
+    let w = Wrapper::new().args(["--redis", &url, "--key", "deploy"]);
+    let hold = acquire(&w, &["--ttl", TTL]);
+    let keeper = hold.keeper.pid();
+    let cmdline =
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{keeper}/cmdline")).unwrap())
+            .replace('\0', " ");
+    assert!(!cmdline.contains("Sekr3tPw"), "{cmdline}");
+    assert!(
+        cmdline.contains("redlock:deploy"),
+        "names the lock: {cmdline}"
+    );
+
+    // Every client connection closed: the keeper's next renewals need a new one, with AUTH.
+    redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    let mut last = redis.pttl("redlock:deploy");
+    let mut renewals = 0;
+    wait_until(secs(30), "two renewals after the reconnect", || {
+        let now = redis.pttl("redlock:deploy");
+        if now > last {
+            renewals += 1;
+        }
+        last = now;
+        renewals >= 2
+    });
+    assert_eq!(
+        redis.get("redlock:deploy").as_deref(),
+        Some(hold.token.as_str())
+    );
+    assert!(pid_alive(keeper));
+
+    release(&w, &hold.token)
+        .expect_code(0)
+        .expect_stderr_contains("released redlock:deploy");
+    assert!(!redis.exists("redlock:deploy"));
+    wait_until(secs(20), "the keeper ends after the release", || {
+        !pid_alive(keeper)
+    });
+}
