@@ -437,6 +437,16 @@ impl AcquireConfig {
         if args.max_hold > LONGEST {
             return Err(usage("--max-hold is longer than 10 years"));
         }
+        // A hold no longer than one lease would end about when its first lease does, right
+        // after `acquire` said it holds the lock (`--max-hold 1ms` ended at once).
+        if args.max_hold <= args.ttl {
+            return Err(usage(format!(
+                "--max-hold {} must be longer than --ttl {}: the hold would end before its \
+                 first lease; give the longest the steps may take",
+                show(args.max_hold),
+                show(args.ttl)
+            )));
+        }
         let github = if args.github {
             let file = |name: &str| match std::env::var_os(name) {
                 Some(path) if !path.is_empty() => Ok(std::path::PathBuf::from(path)),

@@ -755,3 +755,32 @@ fn the_keepers_command_line_shows_no_password_and_it_renews_after_a_reconnect() 
         !pid_alive(keeper)
     });
 }
+
+/// A --max-hold that is not longer than --ttl would end the hold before its first lease
+/// (`--max-hold 1ms` exited 0, "acquired", and the hold ended at once): a usage error before
+/// anything is taken.
+#[test]
+fn a_max_hold_not_longer_than_the_ttl_is_refused() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    for (ttl, max_hold) in [("30s", "1ms"), (TTL, "2s"), (TTL, "1s")] {
+        let out = w
+            .clone()
+            .args(["acquire", "--ttl", ttl, "--max-hold", max_hold])
+            .run();
+        out.expect_code(2)
+            .expect_stderr_contains("--max-hold")
+            .expect_stderr_contains("longer than --ttl");
+        out.expect_one_line();
+        assert!(out.stdout.is_empty(), "{out}");
+        assert!(!redis.exists("redlock:deploy"), "{out}");
+    }
+    // The default --ttl (30s) against the environment's --max-hold.
+    w.clone()
+        .env("REDLOCK_MAX_HOLD", "30s")
+        .arg("acquire")
+        .run()
+        .expect_code(2)
+        .expect_stderr_contains("longer than --ttl");
+    assert!(!redis.exists("redlock:deploy"));
+}
