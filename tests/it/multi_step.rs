@@ -784,3 +784,55 @@ fn a_max_hold_not_longer_than_the_ttl_is_refused() {
         .expect_stderr_contains("longer than --ttl");
     assert!(!redis.exists("redlock:deploy"));
 }
+
+/// Two `release`s of one hold at the same time: the one whose compare-and-delete released the
+/// lock exits 0, the other 3 (nothing to release: released already), never 74 for either, nor
+/// 0 for both. Both go through a proxy that delays every request by 300 ms, so that their
+/// steps (claim the record, release the lock, end the record) meet: both claim before either
+/// releases, and the record's end comes after both releases. A `--limit` hold (a permit) too.
+#[test]
+fn two_releases_at_once_one_releases_and_the_other_finds_nothing() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let proxy = crate::common::proxy::FaultProxy::start(
+        format!("127.0.0.1:{}", redis.port()).parse().unwrap(),
+    );
+    proxy.set_latency(crate::common::proxy::Dir::Up, ms(300));
+    let via = Wrapper::new().args(["--redis", &proxy.url(), "--key", "deploy"]);
+    let limit: &[&str] = &["--ttl", TTL, "--limit", "2"];
+    for (round, args) in [&["--ttl", TTL][..], &["--ttl", TTL], limit]
+        .iter()
+        .enumerate()
+    {
+        let hold = acquire(&w, args);
+        let releases: Vec<Running> = (0..2)
+            .map(|_| {
+                via.clone()
+                    .args(["release", "--token", &hold.token])
+                    .spawn()
+            })
+            .collect();
+        let mut codes: Vec<Option<i32>> = Vec::new();
+        let mut outs = Vec::new();
+        for r in releases {
+            let out = r.wait(secs(60));
+            codes.push(out.code());
+            outs.push(out);
+        }
+        codes.sort();
+        assert_eq!(
+            codes,
+            [Some(0), Some(3)],
+            "round {round}: {}\n{}",
+            outs[0],
+            outs[1]
+        );
+        let loser = outs.iter().find(|o| o.code() == Some(3)).unwrap();
+        loser.expect_stderr_contains("nothing to release");
+        assert_eq!(status_json(&w)["held"], false, "round {round}");
+        wait_until(secs(20), "the keeper ends", || {
+            !pid_alive(hold.keeper.pid())
+        });
+        release(&w, &hold.token).expect_code(3);
+    }
+}

@@ -8,7 +8,9 @@
 //!   into `released`, `lost` or `max-hold`, with the server's time and a reason; whoever comes
 //!   second (the keeper after a `release`, or the reverse) changes nothing and reads how it
 //!   ended. So a `release` can tell "this hold was released" from "it was lost while held,
-//!   when and why".
+//!   when and why". `released` is written by the script that releases the lock
+//!   (`scripts/record.lua`, `end_hold`), in the same step: a `release` that finds the lock
+//!   gone and the record `released` lost a race with another `release` of the hold.
 //! - **Retention.** The hash expires no sooner than --max-hold plus [`RETENTION`] after a hold
 //!   began, and [`RETENTION`] after one ended (its TTL is only ever raised).
 
