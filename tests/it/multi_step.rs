@@ -836,3 +836,39 @@ fn two_releases_at_once_one_releases_and_the_other_finds_nothing() {
         release(&w, &hold.token).expect_code(3);
     }
 }
+
+/// `release` after `break` took the lock from the hold (before the keeper's next renewal
+/// could notice): exit 74, saying who broke it and when, as a run's lost message does; for a
+/// mutex and a `--limit` permit.
+#[test]
+fn release_after_a_break_says_who_broke_the_hold() {
+    let redis = RedisServer::start();
+    let host = nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    // A long heartbeat: the release comes before the keeper's next renewal.
+    let lease = ["--ttl", "60s", "--heartbeat", "20s", "--grace", "5s"];
+    for limit in ["1", "2"] {
+        let w = Wrapper::on(&redis, "deploy");
+        let hold = acquire(&w, &[&lease[..], &["--limit", limit]].concat());
+        w.clone()
+            .args(["break", "--holder", &hold.token])
+            .run()
+            .expect_code(0);
+        let out = release(&w, &hold.token);
+        out.expect_code(74);
+        out.expect_stderr_contains("was lost while held")
+            .expect_stderr_contains(&format!("broken by {host} at "))
+            .expect_stderr_contains("redlock-run break");
+        assert!(!out.stderr.contains("expired or been deleted"), "{out}");
+        out.expect_one_line();
+        // Lost is final; release stops the keeper (on this host) that had not noticed yet.
+        release(&w, &hold.token)
+            .expect_code(74)
+            .expect_stderr_contains(&format!("broken by {host} at "));
+        wait_until(secs(20), "the keeper ends", || {
+            !pid_alive(hold.keeper.pid())
+        });
+    }
+}

@@ -71,6 +71,8 @@ pub async fn release(cfg: &ReleaseConfig, report: &Reporter) -> u8 {
         }
         HoldState::Lost | HoldState::MaxHold => {
             report.error("lost", lost_line(&name, &record));
+            // A keeper that has not noticed yet (a `break` ended the record) stops now.
+            stop_keeper(&record);
             return exit::LOST;
         }
         HoldState::Held | HoldState::Releasing => {}
@@ -219,18 +221,25 @@ async fn nothing_recorded<L: Lock>(lock: &L, name: &str, report: &Reporter) -> u
 }
 
 fn lost_line(name: &str, r: &HoldRecord) -> String {
+    let holder = format!(
+        "the hold of {name} (keeper pid {} on {}, since {})",
+        r.pid,
+        r.host,
+        when(r.since_ms)
+    );
+    if let Some(by) = &r.broken_by {
+        // As a run that lost its lock to `break` says it.
+        return format!(
+            "{holder} was lost while held: the lock was broken by {by} at {} (redlock-run \
+             break)",
+            when(r.ended_ms)
+        );
+    }
     let what = match r.state {
         HoldState::MaxHold => "ended at its --max-hold",
         _ => "was lost while held",
     };
-    format!(
-        "the hold of {name} (keeper pid {} on {}, since {}) {what}, at {}: {}",
-        r.pid,
-        r.host,
-        when(r.since_ms),
-        when(r.ended_ms),
-        r.reason
-    )
+    format!("{holder} {what}, at {}: {}", when(r.ended_ms), r.reason)
 }
 
 /// From the hold's start to now (the local clock against the server's: for the run record's
