@@ -872,3 +872,38 @@ fn release_after_a_break_says_who_broke_the_hold() {
         });
     }
 }
+
+/// A shell that still has the hold's REDLOCK_KEY and REDLOCK_TOKEN after `release` (an
+/// `eval` of acquire's output) runs `redlock-run` on the same lock: refused (exit 2) with a
+/// message that is true after the release too (the environment names a hold of that lock;
+/// unset the variables), not "already runs under the lock".
+#[test]
+fn a_run_after_the_release_in_the_holds_environment_is_told_to_unset_it() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let script = format!(
+        "eval \"$(\"$BIN\" acquire --redis {url} --key deploy --ttl {TTL})\" || exit 9\n\
+         \"$BIN\" release --redis {url} || exit 8\n\
+         \"$BIN\" --redis {url} --key deploy -- true; echo \"keyed $?\" > codes\n\
+         \"$BIN\" --redis {url} -- true; echo \"bare $?\" >> codes\n\
+         unset REDLOCK_KEY REDLOCK_TOKEN\n\
+         \"$BIN\" --redis {url} --key deploy -- true; echo \"unset $?\" >> codes",
+        url = redis.url()
+    );
+    let out = Wrapper::new()
+        .env("BIN", wrapper_bin())
+        .current_dir(dir.path())
+        .run_via_shell(&script);
+    out.expect_code(0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("codes")).unwrap(),
+        "keyed 2\nbare 2\nunset 0\n",
+        "{out}"
+    );
+    assert!(!out.stderr.contains("already runs under"), "{out}");
+    assert_eq!(
+        out.stderr.matches("unset REDLOCK_TOKEN").count(),
+        2,
+        "{out}"
+    );
+}
