@@ -1,8 +1,10 @@
 //! Issue 25: holds that span several CI steps: `acquire` leaves a detached keeper that renews
 //! the lock, `release` releases it by token. Across three ttls, busy and queued acquires, a
 //! keeper SIGKILLed (the lock expires, release says lost), the lock deleted under the keeper,
-//! --max-hold, a release with another token, the eval / GitHub / dotenv output, a step's shell
-//! that exits while the keeper holds on, and on Sentinel, Cluster and Redlock.
+//! --max-hold (and one not longer than --ttl, refused), a release with another token, two
+//! releases at once, a release after `break`, the eval / GitHub / dotenv output, a step's shell
+//! that exits while the keeper holds on, a run in the hold's environment after its release,
+//! no password on the keeper's command line, and on Sentinel, Cluster and Redlock.
 
 use std::time::Duration;
 
