@@ -170,7 +170,7 @@ complete -c redlock-run -n '__fish_redlock_run_in forget' -s h -l help -d 'Print
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -s t -l ttl -x -d 'Lease length: a keeper that dies frees the lock within it'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l heartbeat -x -d 'Renewal interval [default: ttl/3]'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l grace -x -d 'The keeper gives the lock up this long before its lease would end unconfirmed [default: 10s, at most ttl/3]'
-complete -c redlock-run -n '__fish_redlock_run_in acquire' -l max-hold -x -d 'The longest the keeper holds the lock: at DUR it releases it and records why, so a cancelled pipeline never leaves a lock renewed for ever'
+complete -c redlock-run -n '__fish_redlock_run_in acquire' -l max-hold -x -d 'The longest the keeper holds the lock: at DUR it releases it and records why, so a cancelled pipeline never leaves a lock renewed for ever. Longer than --ttl'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -s w -l wait -x -d 'Wait up to DUR for a busy lock, served in arrival order (not with Redlock): 0 tries once, forever (or inf) has no limit'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -l limit -x -d 'Let up to N holds have the lock at once (a counting semaphore); 1 is a mutex'
 complete -c redlock-run -n '__fish_redlock_run_in acquire' -s E -l conflict-exit-code -x -d 'Exit code for a busy lock'

@@ -294,7 +294,7 @@ pub struct AcquireArgs {
     pub grace: Option<Duration>,
 
     /// The longest the keeper holds the lock: at DUR it releases it and records why, so a
-    /// cancelled pipeline never leaves a lock renewed for ever.
+    /// cancelled pipeline never leaves a lock renewed for ever. Longer than --ttl.
     #[arg(long, env = "REDLOCK_MAX_HOLD", value_name = "DUR", default_value = DEFAULT_MAX_HOLD,
           value_parser = parse_duration, help_heading = "Lease")]
     pub max_hold: Duration,

@@ -120,10 +120,12 @@ fn parse_and_run() -> End {
         early_reporter().error("internal", msg);
         return exit::SOFTWARE.into();
     }
-    if std::env::args_os().len() <= 1 && std::env::var_os("REDLOCK_KEY").is_none() {
+    // A keeper has `acquire`'s arguments in its environment, not on its command line.
+    let args = supervise::arguments();
+    if args.len() <= 1 && std::env::var_os("REDLOCK_KEY").is_none() {
         return bare_usage().into();
     }
-    let cli = match config::parse_cli(std::env::args_os().collect()) {
+    let cli = match config::parse_cli(args) {
         Ok(cli) => cli,
         Err(config::CliError::Clap(err)) => return clap_error(&err).into(),
         Err(config::CliError::File(err)) => {

@@ -437,6 +437,16 @@ impl AcquireConfig {
         if args.max_hold > LONGEST {
             return Err(usage("--max-hold is longer than 10 years"));
         }
+        // A hold no longer than one lease would end about when its first lease does, right
+        // after `acquire` said it holds the lock (`--max-hold 1ms` ended at once).
+        if args.max_hold <= args.ttl {
+            return Err(usage(format!(
+                "--max-hold {} must be longer than --ttl {}: the hold would end before its \
+                 first lease; give the longest the steps may take",
+                show(args.max_hold),
+                show(args.ttl)
+            )));
+        }
         let github = if args.github {
             let file = |name: &str| match std::env::var_os(name) {
                 Some(path) if !path.is_empty() => Ok(std::path::PathBuf::from(path)),
@@ -560,11 +570,15 @@ pub fn one_line_text<'a>(flag: &str, text: &'a str) -> Result<&'a str, UsageErro
     Ok(text)
 }
 
-/// A run started by the command of another run (a nested run). That outer run gave its
-/// command `REDLOCK_KEY` (the full key it holds, prefix included) and `REDLOCK_TOKEN`; the
-/// first would be read back here as `--key` and lock `redlock:redlock:k`, and a nested run of
-/// the very lock the outer run holds would wait for itself (for ever, with `--wait forever`).
-/// Both are refused with a message saying so.
+/// A run started by the command of another run (a nested run), or in a step after `acquire`
+/// (its `eval`, `--github` or `--dotenv` output). Either has `REDLOCK_KEY` (the full key of the
+/// lock held, prefix included) and `REDLOCK_TOKEN`; the first would be read back here as
+/// `--key` and lock `redlock:redlock:k`, and a nested run of the very lock held would wait for
+/// that hold (for ever, with `--wait forever`). Both are refused with a message saying so.
+/// Decided from the environment alone, before Redis is asked: the variables stay after the
+/// hold was released (a shell that ran `release`, a later job given the dotenv file), so the
+/// message names what the environment says and how to clear it, not that the hold is still
+/// there.
 fn check_nesting(name: &str, key: &str) -> Result<(), UsageError> {
     if std::env::var_os("REDLOCK_TOKEN").is_none() {
         return Ok(());
@@ -575,8 +589,10 @@ fn check_nesting(name: &str, key: &str) -> Result<(), UsageError> {
     let held = held.to_string_lossy();
     if key == held {
         return Err(usage(format!(
-            "this command already runs under the lock {key:?}, held by the redlock-run that \
-             started it; a nested run of the same lock would wait for itself"
+            "REDLOCK_KEY and REDLOCK_TOKEN in the environment name a hold of the lock {key:?} \
+             (set for a command run under it, and by acquire for the steps after it): a run of \
+             the same lock here would wait for that hold; if it was released, unset \
+             REDLOCK_TOKEN REDLOCK_KEY first"
         )));
     }
     if name == held {

@@ -30,7 +30,7 @@ mod shared;
 mod steps;
 mod stopper;
 
-pub use steps::{Handshake, keep, release, start};
+pub use steps::{Handshake, arguments, keep, release, start};
 
 use std::time::Duration;
 

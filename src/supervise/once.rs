@@ -54,6 +54,7 @@ pub(super) fn finished(
             Some(ChildEnd::Signalled(sig)) => Some(*sig),
             _ => None,
         },
+        hold: None,
     })
 }
 

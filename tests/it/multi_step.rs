@@ -1,8 +1,10 @@
 //! Issue 25: holds that span several CI steps: `acquire` leaves a detached keeper that renews
 //! the lock, `release` releases it by token. Across three ttls, busy and queued acquires, a
 //! keeper SIGKILLed (the lock expires, release says lost), the lock deleted under the keeper,
-//! --max-hold, a release with another token, the eval / GitHub / dotenv output, a step's shell
-//! that exits while the keeper holds on, and on Sentinel, Cluster and Redlock.
+//! --max-hold (and one not longer than --ttl, refused), a release with another token, two
+//! releases at once, a release after `break`, the eval / GitHub / dotenv output, a step's shell
+//! that exits while the keeper holds on, a run in the hold's environment after its release,
+//! no password on the keeper's command line, and on Sentinel, Cluster and Redlock.
 
 use std::time::Duration;
 
@@ -707,4 +709,203 @@ fn the_keeper_keeps_none_of_the_steps_descriptors() {
         std::path::Path::new("/")
     );
     drop(keeper);
+}
+
+/// The keeper's command line (`/proc/PID/cmdline`, which every user of the host can read
+/// while the hold lasts) shows no password given in a `--redis` URL: `acquire`'s arguments
+/// reach the keeper in its environment. It still authenticates when it reconnects (its
+/// connections killed under it, it renews on new ones), and `release` ends it.
+#[test]
+fn the_keepers_command_line_shows_no_password_and_it_renews_after_a_reconnect() {
+    let redis = RedisServer::start_with(&["--requirepass", "Sekr3tPw"]);
+    let url = format!("redis://:Sekr3tPw@127.0.0.1:{}", redis.port());
+    let w = Wrapper::new().args(["--redis", &url, "--key", "deploy"]);
+    let hold = acquire(&w, &["--ttl", TTL]);
+    let keeper = hold.keeper.pid();
+    let cmdline =
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{keeper}/cmdline")).unwrap())
+            .replace('\0', " ");
+    assert!(!cmdline.contains("Sekr3tPw"), "{cmdline}");
+    assert!(
+        cmdline.contains("redlock:deploy"),
+        "names the lock: {cmdline}"
+    );
+
+    // Every client connection closed: the keeper's next renewals need a new one, with AUTH.
+    redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    let mut last = redis.pttl("redlock:deploy");
+    let mut renewals = 0;
+    wait_until(secs(30), "two renewals after the reconnect", || {
+        let now = redis.pttl("redlock:deploy");
+        if now > last {
+            renewals += 1;
+        }
+        last = now;
+        renewals >= 2
+    });
+    assert_eq!(
+        redis.get("redlock:deploy").as_deref(),
+        Some(hold.token.as_str())
+    );
+    assert!(pid_alive(keeper));
+
+    release(&w, &hold.token)
+        .expect_code(0)
+        .expect_stderr_contains("released redlock:deploy");
+    assert!(!redis.exists("redlock:deploy"));
+    wait_until(secs(20), "the keeper ends after the release", || {
+        !pid_alive(keeper)
+    });
+}
+
+/// A --max-hold that is not longer than --ttl would end the hold before its first lease
+/// (`--max-hold 1ms` exited 0, "acquired", and the hold ended at once): a usage error before
+/// anything is taken.
+#[test]
+fn a_max_hold_not_longer_than_the_ttl_is_refused() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    for (ttl, max_hold) in [("30s", "1ms"), (TTL, "2s"), (TTL, "1s")] {
+        let out = w
+            .clone()
+            .args(["acquire", "--ttl", ttl, "--max-hold", max_hold])
+            .run();
+        out.expect_code(2)
+            .expect_stderr_contains("--max-hold")
+            .expect_stderr_contains("longer than --ttl");
+        out.expect_one_line();
+        assert!(out.stdout.is_empty(), "{out}");
+        assert!(!redis.exists("redlock:deploy"), "{out}");
+    }
+    // The default --ttl (30s) against the environment's --max-hold.
+    w.clone()
+        .env("REDLOCK_MAX_HOLD", "30s")
+        .arg("acquire")
+        .run()
+        .expect_code(2)
+        .expect_stderr_contains("longer than --ttl");
+    assert!(!redis.exists("redlock:deploy"));
+}
+
+/// Two `release`s of one hold at the same time: the one whose compare-and-delete released the
+/// lock exits 0, the other 3 (nothing to release: released already), never 74 for either, nor
+/// 0 for both. Both go through a proxy that delays every request by 300 ms, so that their
+/// steps (claim the record, release the lock, end the record) meet: both claim before either
+/// releases, and the record's end comes after both releases. A `--limit` hold (a permit) too.
+#[test]
+fn two_releases_at_once_one_releases_and_the_other_finds_nothing() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let proxy = crate::common::proxy::FaultProxy::start(
+        format!("127.0.0.1:{}", redis.port()).parse().unwrap(),
+    );
+    proxy.set_latency(crate::common::proxy::Dir::Up, ms(300));
+    let via = Wrapper::new().args(["--redis", &proxy.url(), "--key", "deploy"]);
+    let limit: &[&str] = &["--ttl", TTL, "--limit", "2"];
+    for (round, args) in [&["--ttl", TTL][..], &["--ttl", TTL], limit]
+        .iter()
+        .enumerate()
+    {
+        let hold = acquire(&w, args);
+        let releases: Vec<Running> = (0..2)
+            .map(|_| {
+                via.clone()
+                    .args(["release", "--token", &hold.token])
+                    .spawn()
+            })
+            .collect();
+        let mut codes: Vec<Option<i32>> = Vec::new();
+        let mut outs = Vec::new();
+        for r in releases {
+            let out = r.wait(secs(60));
+            codes.push(out.code());
+            outs.push(out);
+        }
+        codes.sort();
+        assert_eq!(
+            codes,
+            [Some(0), Some(3)],
+            "round {round}: {}\n{}",
+            outs[0],
+            outs[1]
+        );
+        let loser = outs.iter().find(|o| o.code() == Some(3)).unwrap();
+        loser.expect_stderr_contains("nothing to release");
+        assert_eq!(status_json(&w)["held"], false, "round {round}");
+        wait_until(secs(20), "the keeper ends", || {
+            !pid_alive(hold.keeper.pid())
+        });
+        release(&w, &hold.token).expect_code(3);
+    }
+}
+
+/// `release` after `break` took the lock from the hold (before the keeper's next renewal
+/// could notice): exit 74, saying who broke it and when, as a run's lost message does; for a
+/// mutex and a `--limit` permit.
+#[test]
+fn release_after_a_break_says_who_broke_the_hold() {
+    let redis = RedisServer::start();
+    let host = nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    // A long heartbeat: the release comes before the keeper's next renewal.
+    let lease = ["--ttl", "60s", "--heartbeat", "20s", "--grace", "5s"];
+    for limit in ["1", "2"] {
+        let w = Wrapper::on(&redis, "deploy");
+        let hold = acquire(&w, &[&lease[..], &["--limit", limit]].concat());
+        w.clone()
+            .args(["break", "--holder", &hold.token])
+            .run()
+            .expect_code(0);
+        let out = release(&w, &hold.token);
+        out.expect_code(74);
+        out.expect_stderr_contains("was lost while held")
+            .expect_stderr_contains(&format!("broken by {host} at "))
+            .expect_stderr_contains("redlock-run break");
+        assert!(!out.stderr.contains("expired or been deleted"), "{out}");
+        out.expect_one_line();
+        // Lost is final; release stops the keeper (on this host) that had not noticed yet.
+        release(&w, &hold.token)
+            .expect_code(74)
+            .expect_stderr_contains(&format!("broken by {host} at "));
+        wait_until(secs(20), "the keeper ends", || {
+            !pid_alive(hold.keeper.pid())
+        });
+    }
+}
+
+/// A shell that still has the hold's REDLOCK_KEY and REDLOCK_TOKEN after `release` (an
+/// `eval` of acquire's output) runs `redlock-run` on the same lock: refused (exit 2) with a
+/// message that is true after the release too (the environment names a hold of that lock;
+/// unset the variables), not "already runs under the lock".
+#[test]
+fn a_run_after_the_release_in_the_holds_environment_is_told_to_unset_it() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let script = format!(
+        "eval \"$(\"$BIN\" acquire --redis {url} --key deploy --ttl {TTL})\" || exit 9\n\
+         \"$BIN\" release --redis {url} || exit 8\n\
+         \"$BIN\" --redis {url} --key deploy -- true; echo \"keyed $?\" > codes\n\
+         \"$BIN\" --redis {url} -- true; echo \"bare $?\" >> codes\n\
+         unset REDLOCK_KEY REDLOCK_TOKEN\n\
+         \"$BIN\" --redis {url} --key deploy -- true; echo \"unset $?\" >> codes",
+        url = redis.url()
+    );
+    let out = Wrapper::new()
+        .env("BIN", wrapper_bin())
+        .current_dir(dir.path())
+        .run_via_shell(&script);
+    out.expect_code(0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("codes")).unwrap(),
+        "keyed 2\nbare 2\nunset 0\n",
+        "{out}"
+    );
+    assert!(!out.stderr.contains("already runs under"), "{out}");
+    assert_eq!(
+        out.stderr.matches("unset REDLOCK_TOKEN").count(),
+        2,
+        "{out}"
+    );
 }

@@ -297,7 +297,9 @@ fn nested_runs_are_refused_clearly_unless_they_name_another_lock() {
     // Without --key the outer run's REDLOCK_KEY (beside its REDLOCK_TOKEN) is taken as the
     // full key it is: the same lock, refused as such.
     assert_eq!(
-        out.stderr.matches("would wait for itself").count(),
+        out.stderr
+            .matches("a run of the same lock here would wait for that hold")
+            .count(),
         2,
         "{out}"
     );

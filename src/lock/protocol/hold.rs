@@ -8,7 +8,11 @@
 //!   into `released`, `lost` or `max-hold`, with the server's time and a reason; whoever comes
 //!   second (the keeper after a `release`, or the reverse) changes nothing and reads how it
 //!   ended. So a `release` can tell "this hold was released" from "it was lost while held,
-//!   when and why".
+//!   when and why". `released` is written by the script that releases the lock
+//!   (`scripts/record.lua`, `end_hold`), in the same step: a `release` that finds the lock
+//!   gone and the record `released` lost a race with another `release` of the hold. `break`
+//!   (`scripts/break.lua`) ends a `held` or `releasing` record `lost` in the step that takes
+//!   the lock, naming the host it ran on (`broken_by`).
 //! - **Retention.** The hash expires no sooner than --max-hold plus [`RETENTION`] after a hold
 //!   began, and [`RETENTION`] after one ended (its TTL is only ever raised).
 
@@ -95,6 +99,8 @@ pub struct HoldRecord {
     /// When it ended (0 while held).
     pub ended_ms: u64,
     pub reason: String,
+    /// Ended by `break` (break.lua): the host it ran on; it ended at `ended_ms`.
+    pub broken_by: Option<String>,
 }
 
 /// What a call does to the record.
@@ -170,6 +176,8 @@ struct Stored {
     until_ms: String,
     ended_ms: String,
     reason: String,
+    #[serde(default)]
+    broken_by: Option<String>,
 }
 
 /// The script's reply: `Ok(None)` for nil (no record, or `begin` without the lock), `Err` for
@@ -194,6 +202,7 @@ pub fn parse(value: &redis::Value) -> Result<Option<HoldRecord>, ()> {
         until_ms: number(&s.until_ms)?,
         ended_ms: number(&s.ended_ms)?,
         reason: s.reason,
+        broken_by: s.broken_by.filter(|b| !b.is_empty()),
     }))
 }
 
@@ -209,6 +218,12 @@ mod tests {
             .unwrap();
         assert_eq!(r.state, HoldState::Lost);
         assert_eq!(r.until_ms, 1_700_003_600_000);
+        assert_eq!(r.broken_by, None);
+        let broken = json.replace(r#""reason":"why""#, r#""reason":"why","broken_by":"ops1""#);
+        let r = parse(&redis::Value::BulkString(broken.into_bytes()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.broken_by.as_deref(), Some("ops1"));
         assert_eq!(parse(&redis::Value::Nil), Ok(None));
         assert!(parse(&redis::Value::Int(1)).is_err());
     }

@@ -131,7 +131,9 @@ impl Mutex {
         let call = self.release_call(token, keep, true);
         match record {
             // 'creating' for record.lua, then the record (see ScriptCall::creating).
-            Some(_) => call.creating().then(record::args(&self.keys, record)),
+            Some(_) => call
+                .creating()
+                .then(record::args(&self.keys, token, record)),
             None => call,
         }
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::hold;
 use super::keys::Keys;
 use super::mutex::{FENCE_KEEP, millis, text};
 use super::record::RETENTION;
@@ -59,7 +60,9 @@ pub fn break_holder(k: &Keys, token: &str, by: &str) -> ScriptCall {
             millis(RETENTION).to_string(),
         ],
     )
-    .needing_moved(&[&k.fence, &k.broken, &k.last_run])
+    // The hold record of the token, ended as broken (hold.rs).
+    .then(vec![k.holds.clone(), millis(hold::RETENTION).to_string()])
+    .needing_moved(&[&k.fence, &k.broken, &k.last_run, &k.holds])
 }
 
 /// `pause` for `length`, with `reason`, by the host `by` (see pause.lua).

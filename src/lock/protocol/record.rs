@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+use super::hold;
 use super::keys::Keys;
 use super::mutex::millis;
 use super::script::{Lua, ScriptCall};
@@ -70,6 +71,11 @@ pub struct Finished {
     pub outcome: Outcome,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
+    /// `release` of a hold across CI steps (`hold.rs`): the reason the token's hold record is
+    /// ended `released` with, by the release script itself, in the same step as the release
+    /// (so that a second `release` of the hold at the same time, finding the lock gone, reads
+    /// the record released rather than ending it as lost). `None` for a run.
+    pub hold: Option<String>,
 }
 
 /// One record as read back.
@@ -104,12 +110,13 @@ pub struct Records {
 }
 
 /// The arguments a release script takes after its own to write `finished` (none: nothing is
-/// recorded). See `scripts/record.lua`.
-pub fn args(k: &Keys, finished: Option<&Finished>) -> Vec<String> {
+/// recorded), and with `finished.hold` to end the hold record of `token`. See
+/// `scripts/record.lua`.
+pub fn args(k: &Keys, token: &str, finished: Option<&Finished>) -> Vec<String> {
     let Some(f) = finished else {
         return Vec::new();
     };
-    vec![
+    let mut args = vec![
         k.last_run.clone(),
         k.last_success.clone(),
         millis(RETENTION).to_string(),
@@ -121,7 +128,16 @@ pub fn args(k: &Keys, finished: Option<&Finished>) -> Vec<String> {
         f.outcome.as_str().to_owned(),
         f.exit_code.map(|c| c.to_string()).unwrap_or_default(),
         f.signal.map(|s| s.to_string()).unwrap_or_default(),
-    ]
+    ];
+    if let Some(reason) = &f.hold {
+        args.extend([
+            k.holds.clone(),
+            token.to_owned(),
+            reason.clone(),
+            millis(hold::RETENTION).to_string(),
+        ]);
+    }
+    args
 }
 
 /// `forget`: delete both records (the lock is left alone). The reply is how many existed.
@@ -248,8 +264,8 @@ mod tests {
     #[test]
     fn a_release_without_a_record_sends_no_record_arguments() {
         let k = Keys::new("redlock:k").unwrap();
-        assert!(args(&k, None).is_empty());
-        let f = Finished {
+        assert!(args(&k, "t", None).is_empty());
+        let mut f = Finished {
             host: "h".into(),
             pid: 1,
             program: "p".into(),
@@ -258,13 +274,22 @@ mod tests {
             outcome: Outcome::Signalled,
             exit_code: None,
             signal: Some(9),
+            hold: None,
         };
-        let a = args(&k, Some(&f));
+        let a = args(&k, "t", Some(&f));
         assert_eq!(a.len(), 11);
         assert_eq!(a[0], "{redlock:k}:last-run");
         assert_eq!(a[7], "1500");
         assert_eq!(a[8], "signalled");
         assert_eq!(a[9], "");
         assert_eq!(a[10], "9");
+        // A hold's release: then the hold record's key, the token, the reason, its retention.
+        f.hold = Some("released from h".into());
+        let a = args(&k, "t", Some(&f));
+        assert_eq!(a.len(), 15);
+        assert_eq!(a[11], "{redlock:k}:holds");
+        assert_eq!(a[12], "t");
+        assert_eq!(a[13], "released from h");
+        assert_eq!(a[14], millis(hold::RETENTION).to_string());
     }
 }

@@ -108,7 +108,7 @@ impl Semaphore {
             ],
         )
         .creating()
-        .then(record::args(k, record))
+        .then(record::args(k, token, record))
     }
 
     pub fn cancel(&self, token: &str) -> ScriptCall {

@@ -104,7 +104,7 @@ impl Shared {
             vec![token.to_owned(), millis(keep).to_string()],
         )
         .creating()
-        .then(record::args(k, record))
+        .then(record::args(k, token, record))
     }
 
     pub fn cancel(&self, token: &str) -> ScriptCall {

@@ -237,6 +237,7 @@ async fn end_and_release<L: Lock>(
         outcome,
         exit_code: None,
         signal,
+        hold: None,
     });
     let _ = lock
         .release(&held.token, Duration::ZERO, finished.as_ref(), within)

@@ -14,6 +14,8 @@ mod output;
 mod release;
 mod start;
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::Duration;
 
 pub use keep::{Handshake, keep};
@@ -25,6 +27,64 @@ const KEEPER_FD: &str = "REDLOCK_KEEPER_FD";
 
 /// The keeper's environment: its id, recorded with the hold.
 const KEEPER_ID: &str = "REDLOCK_KEEPER_ID";
+
+/// The keeper's environment: `acquire`'s arguments (after the program name), each an `x`
+/// then its bytes in hex, separated by spaces. Not its command line: `/proc/PID/cmdline` is readable by every user
+/// of the host for as long as the hold lasts, and a `--redis` URL may hold a password;
+/// `/proc/PID/environ` is readable only by the keeper's own user.
+const KEEPER_ARGS: &str = "REDLOCK_KEEPER_ARGS";
+
+/// The arguments this process parses: in a keeper (started by `acquire`, [`KEEPER_FD`] and
+/// [`KEEPER_ARGS`] in its environment) `acquire`'s own, from the environment; in any other
+/// process, its command line.
+pub fn arguments() -> Vec<OsString> {
+    let mut argv = std::env::args_os();
+    let arg0 = argv.next();
+    let handed = std::env::var_os(KEEPER_FD)
+        .and(std::env::var_os(KEEPER_ARGS))
+        .and_then(|args| decode_args(&args));
+    match handed {
+        Some(args) => arg0.into_iter().chain(args).collect(),
+        None => arg0.into_iter().chain(argv).collect(),
+    }
+}
+
+/// [`KEEPER_ARGS`]' value for `args`.
+fn encode_args(args: impl IntoIterator<Item = OsString>) -> OsString {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for (i, arg) in args.into_iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push('x');
+        for b in arg.as_bytes() {
+            let _ = write!(out, "{b:02x}");
+        }
+    }
+    out.into()
+}
+
+/// The arguments in a [`KEEPER_ARGS`] value; `None` if it is not one.
+fn decode_args(value: &OsStr) -> Option<Vec<OsString>> {
+    let text = value.to_str()?;
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(' ')
+        .map(|arg| {
+            let hex = arg.strip_prefix('x')?;
+            if !hex.len().is_multiple_of(2) {
+                return None;
+            }
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .collect::<Option<Vec<u8>>>()
+                .map(OsString::from_vec)
+        })
+        .collect()
+}
 
 /// A server time (ms since 1970) as RFC 3339, UTC.
 fn when(ms: u64) -> String {
@@ -43,4 +103,29 @@ fn when(ms: u64) -> String {
 /// A duration as the user wrote it (`1h`, `90s`).
 fn describe(d: Duration) -> String {
     humantime::format_duration(d).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_survive_the_environment() {
+        let args: Vec<OsString> = vec![
+            "acquire".into(),
+            "--redis".into(),
+            "redis://:s3 cret@h:1".into(),
+            "".into(),
+            OsString::from_vec(vec![0xff, b'a', b' ']),
+        ];
+        assert_eq!(decode_args(&encode_args(args.clone())), Some(args));
+        assert_eq!(decode_args(OsStr::new("")), Some(Vec::new()));
+        assert_eq!(
+            decode_args(&encode_args([OsString::new()])),
+            Some(vec![OsString::new()])
+        );
+        assert_eq!(decode_args(OsStr::new("x6")), None);
+        assert_eq!(decode_args(OsStr::new("xzz")), None);
+        assert_eq!(decode_args(OsStr::new("61")), None);
+    }
 }

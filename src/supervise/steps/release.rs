@@ -3,8 +3,12 @@
 //! The order keeps every path honest: the hold record goes from `held` to `releasing` first
 //! (so a keeper that now finds the lock gone ends quietly instead of recording a loss), then
 //! the lock is released by compare-and-delete with the hold's token (a release with another
-//! token never touches it), writing the run record, then the record says `released`. A
-//! `release` that stops half-way can be run again: `releasing` is taken up where it stopped.
+//! token never touches it), writing the run record and ending the hold record `released` in
+//! that same script. A `release` that finds the lock gone then ends a record still
+//! `releasing` as lost; one that reads it `released` was beaten by another `release` of the
+//! hold (two at once: Redis decided which one released it) and has nothing to release. A
+//! `release` that stops before the lock's release can be run again: `releasing` is taken up
+//! where it stopped.
 
 use std::time::Duration;
 
@@ -67,6 +71,8 @@ pub async fn release(cfg: &ReleaseConfig, report: &Reporter) -> u8 {
         }
         HoldState::Lost | HoldState::MaxHold => {
             report.error("lost", lost_line(&name, &record));
+            // A keeper that has not noticed yet (a `break` ended the record) stops now.
+            stop_keeper(&record);
             return exit::LOST;
         }
         HoldState::Held | HoldState::Releasing => {}
@@ -96,6 +102,7 @@ async fn release_held<L: Lock>(
 ) -> u8 {
     let target = &cfg.target;
     let name = lock.name().to_owned();
+    let released_here = format!("released from {}", hostname());
     let finished = Finished {
         host: record.host.clone(),
         pid: record.pid,
@@ -105,12 +112,13 @@ async fn release_held<L: Lock>(
         outcome: RunOutcome::Succeeded,
         exit_code: Some(0),
         signal: None,
+        hold: Some(released_here.clone()),
     };
     let released = lock
         .release(token, Duration::ZERO, Some(&finished), target.timeout)
         .await;
     let (to, reason) = match released {
-        Ok(Released::Released) => (HoldState::Released, format!("released from {}", hostname())),
+        Ok(Released::Released) => (HoldState::Released, released_here),
         Ok(Released::Gone) => (
             HoldState::Lost,
             "the lock had expired or been deleted before the release: its keeper stopped \
@@ -139,12 +147,25 @@ async fn release_held<L: Lock>(
     let after = lock.hold(token, &change, target.timeout).await;
     stop_keeper(record);
     match after {
-        Ok(Some(r)) if r.state == HoldState::Released => {
+        Ok(Some(r)) if r.state == HoldState::Released && to == HoldState::Released => {
             report.done(
                 "released",
                 format_args!("released {name} (held since {})", when(record.since_ms)),
             );
             0
+        }
+        // The lock was gone because another `release` of this hold released it, in the
+        // script that ended the record (a second `release` at the same time).
+        Ok(Some(r)) if r.state == HoldState::Released => {
+            report.error(
+                "nothing",
+                format_args!(
+                    "nothing to release: this hold of {name} was released by another release, \
+                     at {}",
+                    when(r.ended_ms)
+                ),
+            );
+            crate::cli::EXIT_NOTHING
         }
         Ok(Some(r)) => {
             report.error("lost", lost_line(&name, &r));
@@ -200,18 +221,25 @@ async fn nothing_recorded<L: Lock>(lock: &L, name: &str, report: &Reporter) -> u
 }
 
 fn lost_line(name: &str, r: &HoldRecord) -> String {
+    let holder = format!(
+        "the hold of {name} (keeper pid {} on {}, since {})",
+        r.pid,
+        r.host,
+        when(r.since_ms)
+    );
+    if let Some(by) = &r.broken_by {
+        // As a run that lost its lock to `break` says it.
+        return format!(
+            "{holder} was lost while held: the lock was broken by {by} at {} (redlock-run \
+             break)",
+            when(r.ended_ms)
+        );
+    }
     let what = match r.state {
         HoldState::MaxHold => "ended at its --max-hold",
         _ => "was lost while held",
     };
-    format!(
-        "the hold of {name} (keeper pid {} on {}, since {}) {what}, at {}: {}",
-        r.pid,
-        r.host,
-        when(r.since_ms),
-        when(r.ended_ms),
-        r.reason
-    )
+    format!("{holder} {what}, at {}: {}", when(r.ended_ms), r.reason)
 }
 
 /// From the hold's start to now (the local clock against the server's: for the run record's

@@ -1,11 +1,14 @@
 //! The `acquire` command: start the keeper, wait for its handshake, hand the hold on.
 //!
-//! The keeper is this same program started again (`/proc/self/exe`, the same arguments),
-//! told by its environment that it is the keeper and where its end of the handshake pipe is.
+//! The keeper is this same program started again (`/proc/self/exe`), told by its environment
+//! that it is the keeper, where its end of the handshake pipe is, and `acquire`'s arguments.
 //! A fresh process rather than a fork: this one already has threads (the message writer, the
 //! runtime), and a forked child of a threaded process may only call async-signal-safe
-//! functions. The token never appears in an argument list (anyone on the host can read
-//! `/proc/PID/cmdline`): the keeper makes it and sends it back over the pipe.
+//! functions. Nothing secret appears in its argument list (anyone on the host can read
+//! `/proc/PID/cmdline`, for as long as the hold lasts): its command line only names the
+//! lock, `acquire`'s arguments (a `--redis` URL may hold a password) come in its environment
+//! (`/proc/PID/environ` is readable by its own user only), and the token is made by the
+//! keeper and sent back over the pipe.
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -23,7 +26,7 @@ use crate::process::Signals;
 use crate::report::Reporter;
 
 use super::output::HoldOut;
-use super::{KEEPER_FD, KEEPER_ID};
+use super::{KEEPER_ARGS, KEEPER_FD, KEEPER_ID, encode_args};
 
 /// What the keeper said before it closed the pipe.
 enum Told {
@@ -49,7 +52,7 @@ pub async fn start(cfg: &AcquireConfig, report: &Reporter) -> u8 {
             return exit::SOFTWARE;
         }
     };
-    let mut child = match spawn_keeper(&write_end) {
+    let mut child = match spawn_keeper(&write_end, &cfg.run.target.key) {
         Ok(child) => child,
         Err(e) => {
             report.error("internal", format!("cannot start the keeper: {e}"));
@@ -108,14 +111,17 @@ pub async fn start(cfg: &AcquireConfig, report: &Reporter) -> u8 {
 
 /// Start the keeper: this program again, in a session of its own (no terminal, no signals
 /// from one, not in the step's process group), stdin and stdout on /dev/null, stderr the
-/// step's until it holds the lock, and the pipe's write end inherited.
-fn spawn_keeper(write_end: &OwnedFd) -> std::io::Result<std::process::Child> {
+/// step's until it holds the lock, and the pipe's write end inherited. Its command line is
+/// `redlock-run acquire (keeper) KEY`, for `ps`; its arguments are `acquire`'s, handed over
+/// in its environment.
+fn spawn_keeper(write_end: &OwnedFd, key: &str) -> std::io::Result<std::process::Child> {
     let fd = write_end.as_raw_fd();
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_else(|| "redlock-run".into());
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg0(arg0)
-        .args(args)
+        .args(["acquire", "(keeper)", key])
+        .env(KEEPER_ARGS, encode_args(args))
         .env(KEEPER_FD, fd.to_string())
         .env(KEEPER_ID, Token::new().as_str())
         .stdin(Stdio::null())

@@ -5,13 +5,17 @@
 -- KEYS: lock. ARGV: holder hash, holders hash (--limit), fence counter, release channel,
 -- queue, queue expiry, broken marks, last-run, last-success (left alone: a broken run is no
 -- success); then token, breaker's host,
--- how long the broken mark is kept (ms), fence counter ttl (ms), record retention (ms).
+-- how long the broken mark is kept (ms), fence counter ttl (ms), record retention (ms); then
+-- the holds key and the hold records' retention (ms).
 -- In the same step:
 -- - the fence is raised: the counter is set to a new fence F (as an acquire would), so that
 --   the next grant's fence is above F and above every fence before it;
 -- - a broken mark for the token (who broke it, when, on the server's clock), which the
 --   holder's next renewal reads (renew.lua);
 -- - the run record's last run, outcome 'broken', for the holder that lost it (record.rs);
+-- - the token's hold record (a hold across CI steps, hold.lua), if it is `held` or
+--   `releasing`: it ends `lost`, with who broke it (`broken_by`) and when (`ended_ms`), so
+--   that `release` says so whether or not the keeper renewed since;
 -- - the release is announced, waking the queue's head.
 -- Returns {1, F} when broken; {0} when the lock holds another token (or the permit is not
 -- among the live ones); {-1} when the lock is free; TRYAGAIN (reach.lua) when a key it
@@ -22,6 +26,7 @@ local queue, expiry, broken = ARGV[5], ARGV[6], ARGV[7]
 local last_run = ARGV[8]
 local token, by, broken_keep, fence_keep, record_keep = ARGV[10], ARGV[11], ARGV[12],
   ARGV[13], ARGV[14]
+local holds, hold_keep = ARGV[15], tonumber(ARGV[16])
 
 local kind = type_here(lock)
 if not kind then
@@ -31,7 +36,7 @@ if kind == 'none' then
   return {-1}
 end
 -- Every write below needs its key in reach: check all before the first one.
-for _, key in ipairs({fence_key, broken, last_run}) do
+for _, key in ipairs({fence_key, broken, last_run, holds}) do
   if not here(key) then
     return split()
   end
@@ -114,6 +119,25 @@ if not finished and (type_here(last_run) == 'hash' or type_here(last_run) == 'no
     'ended_ms', string.format('%.0f', now_ms),
     'outcome', 'broken', 'exit_code', '', 'signal', '', 'broken_by', by)
   redis.call('PEXPIRE', last_run, record_keep)
+end
+
+-- The hold record (best effort, as the run record: a key of another type is left as it is).
+if type_here(holds) == 'hash' then
+  local stored = redis.call('HGET', holds, token)
+  local ok, hold = false, nil
+  if stored then
+    ok, hold = pcall(cjson.decode, stored)
+  end
+  if ok and type(hold) == 'table' and (hold.state == 'held' or hold.state == 'releasing') then
+    hold.state = 'lost'
+    hold.reason = 'the lock was broken by ' .. by .. ' (redlock-run break)'
+    hold.broken_by = by
+    hold.ended_ms = string.format('%.0f', now_ms)
+    redis.call('HSET', holds, token, cjson.encode(hold))
+    if redis.call('PTTL', holds) < hold_keep then
+      redis.call('PEXPIRE', holds, hold_keep)
+    end
+  end
 end
 
 -- Wake the waiters now (pcall: an ACL user without channel access still breaks).

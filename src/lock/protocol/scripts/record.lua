@@ -10,6 +10,8 @@
 -- fence, ran ms, outcome, exit code ('' when killed by a signal), signal ('' when it exited).
 -- No arguments there (a release that records nothing: the command never started, a take-back
 -- on a Redlock minority): nothing is written.
+-- Then, for `release` of a hold across CI steps (hold.lua), from `first` + 11: the holds key,
+-- the token, the reason, the hold record's retention ms: see end_hold.
 --
 -- Each key is a hash with the fields host, pid, program, started_ms, ended_ms, exit_code,
 -- signal, outcome, fence (times in ms since 1970 on this server's clock: ended is now,
@@ -18,6 +20,35 @@
 -- outcome 'succeeded'. Both expire after the retention. A key this node cannot reach or may
 -- not create (a migration of the slot), or one that holds another type, is left as it is:
 -- the record is best effort there; the release is not.
+-- The hold record of the token, if it is still `held` or `releasing`, ends `released` with the
+-- reason, in the same step as the release: a `release` that finds the lock gone afterwards
+-- (a second `release` of the hold at the same time) reads it released, not lost. Only an
+-- existing record is changed; one this node cannot reach (a migration) is left to the
+-- client's own `end` (hold.lua).
+local function end_hold(first, now_ms)
+  local holds = ARGV[first]
+  if not holds or holds == '' or type_here(holds) ~= 'hash' then
+    return
+  end
+  local token, reason, retention = ARGV[first + 1], ARGV[first + 2], tonumber(ARGV[first + 3])
+  local stored = redis.call('HGET', holds, token)
+  if not stored then
+    return
+  end
+  local ok, record = pcall(cjson.decode, stored)
+  if not ok or type(record) ~= 'table' or (record.state ~= 'held' and record.state ~= 'releasing') then
+    return
+  end
+  record.state = 'released'
+  record.reason = reason
+  record.ended_ms = string.format('%.0f', now_ms)
+  redis.call('HSET', holds, token, cjson.encode(record))
+  -- As hold.lua keeps it: never shortened.
+  if redis.call('PTTL', holds) < retention then
+    redis.call('PEXPIRE', holds, retention)
+  end
+end
+
 local function write_record(first, creating)
   local run_key = ARGV[first]
   if not run_key or run_key == '' then
@@ -67,4 +98,5 @@ local function write_record(first, creating)
       end
     end
   end
+  end_hold(first + 11, now_ms)
 end
