@@ -38,6 +38,14 @@ pub enum FailureKind {
 
 impl RedisFailure {
     pub fn from_redis(err: &redis::RedisError, server: &str) -> Self {
+        // A pipeline whose command failed (a SCAN, refused with NOAUTH) comes back as one
+        // error that holds the server's: that one says what happened.
+        if err.code().is_none()
+            && let Some(errors) = err.clone().into_server_errors()
+            && let Some((_, first)) = errors.first()
+        {
+            return Self::from_redis(&first.clone().into(), server);
+        }
         let code = script_error_code(err).unwrap_or_else(|| err.code().unwrap_or_default());
         // Redis refuses large commands from an unauthenticated client with a protocol error
         // before it gets to say NOAUTH. A client that was given a password logs in on

@@ -117,6 +117,47 @@ fn wrong_or_missing_password_exits_69_without_leaking_it() {
     assert_eq!(redis.dbsize(), 0);
 }
 
+/// Every subcommand says a missing password as a run does, in the same words: `list` once
+/// printed the raw `Pipeline failure: ... NOAUTH` of its SCAN.
+#[test]
+fn a_missing_password_is_said_the_same_way_by_every_subcommand() {
+    let redis = RedisServer::start_with(&["--requirepass", "secret"]);
+    let token = "570ed3d9-562f-4552-a97f-7bae52de515c";
+    let forms: &[&[&str]] = &[
+        &["--key", "k", "--", "true"],
+        &["status", "--key", "k"],
+        &["list"],
+        &["forget", "--key", "k"],
+        &["break", "--key", "k", "--yes"],
+        &["pause", "--key", "k", "--for", "1m", "--reason", "r"],
+        &["resume", "--key", "k"],
+        &["release", "--key", "k", "--token", token],
+        &["acquire", "--key", "k"],
+    ];
+    let mut lines: Vec<(String, &[&str])> = Vec::new();
+    for args in forms {
+        let out = Wrapper::new()
+            .args(["--redis", &redis.url()])
+            .args(*args)
+            .run();
+        out.expect_code(69);
+        let line = out.expect_one_line().to_owned();
+        for needle in [
+            "requires a password and none was given (NOAUTH)",
+            "--password-file",
+        ] {
+            assert!(line.contains(needle), "{args:?}: no {needle:?}\n{out}");
+        }
+        assert!(!line.contains("Pipeline"), "{args:?}\n{out}");
+        lines.push((line, args));
+    }
+    let (first, first_args) = &lines[0];
+    for (line, args) in &lines[1..] {
+        assert_eq!(line, first, "{args:?} words it unlike {first_args:?}");
+    }
+    assert_eq!(redis.dbsize(), 0);
+}
+
 /// The one line must point the user at the password, not at a protocol detail.
 fn expect_mentions_auth(line: &str, out: &Outcome) {
     let l = line.to_lowercase();
