@@ -280,10 +280,7 @@ impl fmt::Display for RedisFailure {
                     "Redis at {server} requires a password and none was given ({detail})"
                 )?;
                 if !detail.contains("--password-file") {
-                    f.write_str(
-                        "; give it with --password-file FILE, or in the URL as \
-                         redis://:PASSWORD@host:port (percent-encode / # ? @ in it)",
-                    )?;
+                    write!(f, "; {}", how_to_give_a_password(server))?;
                 }
                 Ok(())
             }
@@ -307,3 +304,96 @@ impl fmt::Display for RedisFailure {
 }
 
 impl std::error::Error for RedisFailure {}
+
+/// How a password in a URL's query must be written.
+const QUERY_ENCODE: &str = "(percent-encode & # + % in it)";
+
+/// What a NOAUTH failure of `server` (a URL as shown, perhaps followed by words) suggests: a
+/// `--password-file`, or the URL with a password after its user name, the user kept.
+fn how_to_give_a_password(server: &str) -> String {
+    let url = server.split(' ').next().unwrap_or_default();
+    let encode = "(percent-encode / # ? @ in it)";
+    let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            && !s.is_empty()
+    }) else {
+        return format!(
+            "give it with --password-file FILE, or in the URL as \
+             redis://[USER]:PASSWORD@host:port {encode}"
+        );
+    };
+    if scheme == "unix" || scheme.ends_with("+unix") {
+        // A socket's user and password are query parameters (`?user=U&pass=P`).
+        return match rest.split_once('?') {
+            None => format!(
+                "give it with --password-file FILE, or in the URL as \
+                 {scheme}://{rest}?pass=PASSWORD {QUERY_ENCODE}"
+            ),
+            Some(_) => format!(
+                "give it with --password-file FILE, or in the URL's query as &pass=PASSWORD \
+                 {QUERY_ENCODE}"
+            ),
+        };
+    }
+    // The user part ends at the last '@' before the path, query or fragment.
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (user, after) = match rest[..end].rfind('@') {
+        Some(at) => (
+            rest[..at].split(':').next().unwrap_or_default(),
+            &rest[at + 1..],
+        ),
+        None => ("", rest),
+    };
+    let keep = if user.is_empty() {
+        String::new()
+    } else {
+        format!(" (keep the user {user}@ in the URL)")
+    };
+    format!(
+        "give it with --password-file FILE{keep}, or in the URL as \
+         {scheme}://{user}:PASSWORD@{after} {encode}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The way to give a missing password keeps the URL's user name, and its form.
+    #[test]
+    fn a_missing_password_is_shown_where_it_goes() {
+        let cases = [
+            ("redis://h:6379", "redis://:PASSWORD@h:6379"),
+            ("redis://alice@h:6379/2", "redis://alice:PASSWORD@h:6379/2"),
+            (
+                "rediss://alice@[::1]:6380",
+                "rediss://alice:PASSWORD@[::1]:6380",
+            ),
+            (
+                "redis+sentinel://bob@s1,s2/m (master 10.0.0.1:6379)",
+                "redis+sentinel://bob:PASSWORD@s1,s2/m",
+            ),
+            (
+                "redis+sentinel://s1/m?sentinel_username=a@b (master h:1)",
+                "redis+sentinel://:PASSWORD@s1/m?sentinel_username=a@b",
+            ),
+            (
+                "unix:///run/redis.sock",
+                "unix:///run/redis.sock?pass=PASSWORD",
+            ),
+            ("unix:///run/redis.sock?***", "query as &pass=PASSWORD"),
+            (
+                "2 of 3 Redlock masters",
+                "redis://[USER]:PASSWORD@host:port",
+            ),
+        ];
+        for (server, form) in cases {
+            let how = how_to_give_a_password(server);
+            assert!(how.contains(form), "{server}: {how}");
+            assert!(how.contains("--password-file"), "{server}: {how}");
+        }
+        assert!(how_to_give_a_password("redis://alice@h:1").contains("keep the user alice@"));
+        assert!(!how_to_give_a_password("redis://h:1").contains("keep the user"));
+    }
+}

@@ -158,6 +158,35 @@ fn a_missing_password_is_said_the_same_way_by_every_subcommand() {
     assert_eq!(redis.dbsize(), 0);
 }
 
+/// With a user name in the URL (`redis://alice@host:port`), the way to give the missing
+/// password keeps the user: it once suggested `redis://:PASSWORD@host:port`, which logs in
+/// as the default user instead.
+#[test]
+fn a_missing_password_keeps_the_user_of_the_url() {
+    let redis = RedisServer::start_with(&["--requirepass", "secret"]);
+    let port = redis.port();
+    let url = format!("redis://alice@127.0.0.1:{port}");
+    let with_user = format!("redis://alice:PASSWORD@127.0.0.1:{port}");
+    let forms: &[&[&str]] = &[
+        &["--key", "k", "--", "true"],
+        &["status", "--key", "k"],
+        &["list"],
+    ];
+    for args in forms {
+        let out = Wrapper::new().args(["--redis", &url]).args(*args).run();
+        out.expect_code(69);
+        let line = out.expect_one_line();
+        for needle in [
+            "requires a password and none was given",
+            "--password-file FILE (keep the user alice@ in the URL)",
+            with_user.as_str(),
+        ] {
+            assert!(line.contains(needle), "{args:?}: no {needle:?}\n{out}");
+        }
+        assert!(!line.contains("redis://:PASSWORD"), "{args:?}\n{out}");
+    }
+}
+
 /// The one line must point the user at the password, not at a protocol detail.
 fn expect_mentions_auth(line: &str, out: &Outcome) {
     let l = line.to_lowercase();
