@@ -21,6 +21,10 @@ pub enum FailureKind {
     Auth,
     /// The server requires a password and none was given (NOAUTH).
     NoPassword,
+    /// A password was given to a server that has none set for the default user (Redis 6+:
+    /// `ERR AUTH <password> called without any password configured`; before 6: `Client sent
+    /// AUTH, but no password is set`).
+    PasswordNotSet,
     /// The ACL user may not run scripts or touch the key.
     NoPermission,
     /// The server is a read-only replica.
@@ -92,9 +96,23 @@ impl RedisFailure {
         }
     }
 
-    /// A login problem: a password refused or missing.
+    /// A login problem: a password refused, missing, or given where none is set.
     pub fn is_auth(&self) -> bool {
-        matches!(self.kind, FailureKind::Auth | FailureKind::NoPassword)
+        matches!(
+            self.kind,
+            FailureKind::Auth | FailureKind::NoPassword | FailureKind::PasswordNotSet
+        )
+    }
+
+    /// `server` refused the password given because it has none set (found out after the
+    /// refusal: it answers without one). Nothing was sent but the login.
+    pub fn password_not_set(server: &str) -> Self {
+        RedisFailure {
+            kind: FailureKind::PasswordNotSet,
+            server: server.to_owned(),
+            detail: String::new(),
+            maybe_sent: false,
+        }
     }
 
     pub fn timeout(server: &str, what: &str) -> Self {
@@ -281,6 +299,21 @@ impl fmt::Display for RedisFailure {
                 )?;
                 if !detail.contains("--password-file") {
                     write!(f, "; {}", how_to_give_a_password(server))?;
+                }
+                Ok(())
+            }
+            FailureKind::PasswordNotSet => {
+                write!(
+                    f,
+                    "Redis at {server} has no password set and refused the one given"
+                )?;
+                if !detail.is_empty() {
+                    write!(f, " ({detail})")?;
+                }
+                if !detail.contains("--password-file") {
+                    f.write_str(
+                        "; none is needed: remove it from the URL, or drop --password-file",
+                    )?;
                 }
                 Ok(())
             }

@@ -187,6 +187,45 @@ fn a_missing_password_keeps_the_user_of_the_url() {
     }
 }
 
+/// A password given to a server that has none set (Redis 6+ refuses `AUTH <password>` then)
+/// is not a wrong password: the line says the server has none and none is needed, from the
+/// URL or from --password-file, and never shows it.
+#[test]
+fn a_password_for_a_server_without_one_says_none_is_needed() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let password = "Zq9Xw7Jm";
+    let file = dir.path().join("pw");
+    fs::write(&file, format!("{password}\n")).unwrap();
+    let with_password = format!("redis://:{password}@127.0.0.1:{}", redis.port());
+    let file = file.to_string_lossy().into_owned();
+    let url = redis.url();
+    let runs: [&[&str]; 4] = [
+        &[
+            "--redis",
+            &with_password,
+            "--key",
+            "k",
+            "-c",
+            "touch marker",
+        ],
+        &["--redis", &with_password, "status", "--key", "k"],
+        &["--redis", &with_password, "list"],
+        &["--redis", &url, "--password-file", &file, "list"],
+    ];
+    for args in runs {
+        let out = Wrapper::new().args(args).current_dir(dir.path()).run();
+        out.expect_code(69);
+        let line = out.expect_one_line();
+        assert!(line.contains("has no password set"), "{args:?}\n{out}");
+        assert!(line.contains("none is needed"), "{args:?}\n{out}");
+        assert!(!line.contains("refused authentication"), "{args:?}\n{out}");
+        assert!(!out.stderr.contains("Xw7"), "password shown\n{out}");
+        assert!(!dir.path().join("marker").exists(), "command ran\n{out}");
+    }
+    assert_eq!(redis.dbsize(), 0);
+}
+
 /// The one line must point the user at the password, not at a protocol detail.
 fn expect_mentions_auth(line: &str, out: &Outcome) {
     let l = line.to_lowercase();
