@@ -308,11 +308,112 @@ fn clap_error(err: &clap::Error) -> u8 {
         _ => {
             let text = err.render().to_string();
             let first = text.lines().next().unwrap_or("error: bad usage");
-            early_reporter().error(
-                "usage",
-                format_args!("{first}{}{}", from_environment(err), hint(err)),
-            );
+            let line = match not_taken_by(err) {
+                Some(line) => format!("error: {line}{}", usage_of(failed_in(err))),
+                None => format!("{first}{}{}", from_environment(err), hint(err)),
+            };
+            early_reporter().error("usage", line);
             exit::USAGE
+        }
+    }
+}
+
+/// The subcommand whose arguments clap refused (`None`: a run's), from the usage it quotes.
+fn failed_in(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::StyledStr(usage)) = err.get(ContextKind::Usage) else {
+        return None;
+    };
+    let usage = usage.to_string();
+    let word = usage.split_whitespace().nth(2)?;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    cmd.find_subcommand(word).map(|c| c.get_name().to_owned())
+}
+
+/// An option that the command at fault does not take but another does (`status --limit`):
+/// the line that says so, in place of clap's "unexpected argument".
+fn not_taken_by(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if err.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(typed)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    not_taken(failed_in(err).as_deref(), typed)
+}
+
+/// `sub` (`None`: a run) given `typed` (`--name`, `--name=VALUE` or `-n`), which it does not
+/// take: one line that says who does, and why `sub` does not where that is not obvious.
+/// `None` when no command takes it (a typo: clap's words stand). A run's options before a
+/// subcommand's name are accepted there (an alias's), and never come here.
+fn not_taken(sub: Option<&str>, typed: &str) -> Option<String> {
+    let name = typed.split('=').next()?;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    cmd.build();
+    let is_it = |arg: &clap::Arg| match name.strip_prefix("--") {
+        Some(long) => arg.get_long() == Some(long),
+        None => {
+            let mut short = name.strip_prefix('-').unwrap_or_default().chars();
+            match (short.next(), short.next()) {
+                (Some(c), None) => arg.get_short() == Some(c),
+                _ => false,
+            }
+        }
+    };
+    let mut long = None;
+    let mut owners: Vec<&str> = Vec::new();
+    let top = std::iter::once((None, &cmd));
+    for (owner, c) in top.chain(cmd.get_subcommands().map(|c| (Some(c.get_name()), c))) {
+        let Some(arg) = c.get_arguments().find(|a| !a.is_global_set() && is_it(a)) else {
+            continue;
+        };
+        long = arg.get_long().or(long);
+        if owner != sub {
+            owners.push(owner.unwrap_or("a run"));
+        }
+    }
+    let long = format!("--{}", long?);
+    let shown = if name == long {
+        long.clone()
+    } else {
+        format!("{name} ({long})")
+    };
+    let who = sub.unwrap_or("a run");
+    let owners = match owners.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => return None,
+    };
+    let why = match (sub, long.as_str()) {
+        (None, _) => None,
+        (_, "--limit") => Some("the limit is read from the lock"),
+        (_, "--wait" | "--conflict-exit-code") => Some("it never waits for the lock"),
+        (_, "--ttl" | "--heartbeat" | "--grace" | "--max-runtime") => Some("it holds no lease"),
+        _ => None,
+    };
+    let why = why.map(|w| format!(": {w}")).unwrap_or_default();
+    Some(format!(
+        "{who} takes no {shown}{why}; {long} is for {owners}"
+    ))
+}
+
+/// The usage of `sub` (`None`: a run's first form), and where more is, for the end of a
+/// usage error.
+fn usage_of(sub: Option<String>) -> String {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    match sub.as_deref().and_then(|s| cmd.find_subcommand(s)) {
+        Some(c) => {
+            let usage = c.clone().render_usage().to_string();
+            let usage = usage.strip_prefix("Usage: ").unwrap_or(&usage).trim();
+            format!(
+                " (Usage: {usage}; more: redlock-run {} --help)",
+                c.get_name()
+            )
+        }
+        None => {
+            let usage = cli::USAGE.lines().next().unwrap_or_default();
+            format!(" (Usage: {usage}; more: redlock-run --help)")
         }
     }
 }
@@ -322,19 +423,25 @@ fn clap_error(err: &clap::Error) -> u8 {
 fn hint(err: &clap::error::Error) -> String {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     let mut out = String::new();
+    // A suggestion is never what was typed: that one is refused here (see `not_taken`).
+    let typed = match err.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(typed)) => typed.split('=').next().unwrap_or_default(),
+        _ => "",
+    };
     for kind in [ContextKind::SuggestedArg, ContextKind::SuggestedValue] {
-        match err.get(kind) {
-            Some(ContextValue::String(s)) => out.push_str(&format!("; did you mean '{s}'?")),
-            Some(ContextValue::Strings(v)) if !v.is_empty() => {
-                out.push_str(&format!("; did you mean '{}'?", v.join("' or '")));
-            }
-            _ => {}
+        let suggested: Vec<&str> = match err.get(kind) {
+            Some(ContextValue::String(s)) => vec![s.as_str()],
+            Some(ContextValue::Strings(v)) => v.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let suggested: Vec<&str> = suggested.into_iter().filter(|s| *s != typed).collect();
+        if !suggested.is_empty() {
+            out.push_str(&format!("; did you mean '{}'?", suggested.join("' or '")));
         }
     }
     if out.is_empty()
         && err.kind() == ErrorKind::UnknownArgument
-        && let Some(ContextValue::String(typed)) = err.get(ContextKind::InvalidArg)
-        && let Some(meant) = similar_option(typed)
+        && let Some(meant) = similar_option(typed, failed_in(err).as_deref())
     {
         out.push_str(&format!("; did you mean '{meant}'?"));
     }
@@ -359,30 +466,27 @@ fn hint(err: &clap::error::Error) -> String {
         err.kind(),
         ErrorKind::UnknownArgument | ErrorKind::InvalidValue | ErrorKind::InvalidSubcommand
     ) {
-        let usage = cli::USAGE.lines().next().unwrap_or_default();
-        out.push_str(&format!(" (Usage: {usage}; more: redlock-run --help)"));
+        out.push_str(&usage_of(failed_in(err)));
     }
     out
 }
 
 /// The long option closest to a mistyped `--flag` (at most two letters added, dropped,
-/// changed or swapped), of a run or of `status`. clap finds none while a trailing command
-/// may follow.
-fn similar_option(typed: &str) -> Option<String> {
+/// changed or swapped) among those of `sub` (`None`: a run), never the one typed: an option
+/// of another command is no suggestion for this one (see `not_taken`). clap finds none while
+/// a trailing command may follow.
+fn similar_option(typed: &str, sub: Option<&str>) -> Option<String> {
     let typed = typed.split('=').next()?.strip_prefix("--")?;
     let mut cmd = <Cli as clap::CommandFactory>::command();
     cmd.build();
-    let mut longs: Vec<String> = Vec::new();
-    for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
-        longs.extend(
-            c.get_arguments()
-                .filter_map(|a| a.get_long().map(str::to_owned)),
-        );
-    }
-    longs
-        .into_iter()
-        .map(|l| (edit_distance(typed, &l), l))
-        .filter(|(d, l)| *d <= 2.min(l.len() / 2))
+    let cmd = match sub {
+        Some(sub) => cmd.find_subcommand(sub)?,
+        None => &cmd,
+    };
+    cmd.get_arguments()
+        .filter_map(|a| a.get_long())
+        .map(|l| (edit_distance(typed, l), l))
+        .filter(|(d, l)| (1..=2.min(l.len() / 2)).contains(d))
         .min_by_key(|(d, _)| *d)
         .map(|(_, l)| format!("--{l}"))
 }
@@ -515,12 +619,48 @@ fn enough_file_descriptors() -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// An option of another command is named as such, never suggested as itself.
+    #[test]
+    fn an_option_of_another_command_says_who_takes_it() {
+        let said = |sub, typed| not_taken(sub, typed).unwrap_or_default();
+        assert_eq!(
+            said(Some("status"), "--limit"),
+            "status takes no --limit: the limit is read from the lock; --limit is for a run \
+             and acquire"
+        );
+        assert_eq!(
+            said(Some("status"), "--limit=3"),
+            said(Some("status"), "--limit")
+        );
+        assert!(said(Some("list"), "-w").starts_with("list takes no -w (--wait): it never waits"));
+        assert_eq!(
+            said(Some("status"), "--name-prefix"),
+            "status takes no --name-prefix; --name-prefix is for list"
+        );
+        assert_eq!(
+            said(None, "--json"),
+            "a run takes no --json; --json is for status and list"
+        );
+        assert_eq!(not_taken(Some("status"), "--no-such-option"), None);
+        assert_eq!(not_taken(Some("status"), "--limt"), None);
+    }
+
     #[test]
     fn mistyped_options_find_the_one_meant() {
-        assert_eq!(similar_option("--kye").as_deref(), Some("--key"));
-        assert_eq!(similar_option("--wiat=5").as_deref(), Some("--wait"));
-        assert_eq!(similar_option("--jsno").as_deref(), Some("--json"));
-        assert_eq!(similar_option("--nothing-like-it"), None);
+        assert_eq!(similar_option("--kye", None).as_deref(), Some("--key"));
+        assert_eq!(similar_option("--wiat=5", None).as_deref(), Some("--wait"));
+        assert_eq!(
+            similar_option("--jsno", Some("status")).as_deref(),
+            Some("--json")
+        );
+        assert_eq!(
+            similar_option("--kye", Some("list")).as_deref(),
+            Some("--key")
+        );
+        assert_eq!(similar_option("--nothing-like-it", None), None);
+        // Never the option typed, nor one of another command.
+        assert_eq!(similar_option("--limit", Some("status")), None);
+        assert_eq!(similar_option("--limt", Some("status")), None);
         assert_eq!(edit_distance("ttl", "ttl"), 0);
         assert_eq!(edit_distance("kye", "key"), 1);
     }

@@ -21,6 +21,10 @@ pub enum FailureKind {
     Auth,
     /// The server requires a password and none was given (NOAUTH).
     NoPassword,
+    /// A password was given to a server that has none set for the default user (Redis 6+:
+    /// `ERR AUTH <password> called without any password configured`; before 6: `Client sent
+    /// AUTH, but no password is set`).
+    PasswordNotSet,
     /// The ACL user may not run scripts or touch the key.
     NoPermission,
     /// The server is a read-only replica.
@@ -38,6 +42,14 @@ pub enum FailureKind {
 
 impl RedisFailure {
     pub fn from_redis(err: &redis::RedisError, server: &str) -> Self {
+        // A pipeline whose command failed (a SCAN, refused with NOAUTH) comes back as one
+        // error that holds the server's: that one says what happened.
+        if err.code().is_none()
+            && let Some(errors) = err.clone().into_server_errors()
+            && let Some((_, first)) = errors.first()
+        {
+            return Self::from_redis(&first.clone().into(), server);
+        }
         let code = script_error_code(err).unwrap_or_else(|| err.code().unwrap_or_default());
         // Redis refuses large commands from an unauthenticated client with a protocol error
         // before it gets to say NOAUTH. A client that was given a password logs in on
@@ -84,9 +96,23 @@ impl RedisFailure {
         }
     }
 
-    /// A login problem: a password refused or missing.
+    /// A login problem: a password refused, missing, or given where none is set.
     pub fn is_auth(&self) -> bool {
-        matches!(self.kind, FailureKind::Auth | FailureKind::NoPassword)
+        matches!(
+            self.kind,
+            FailureKind::Auth | FailureKind::NoPassword | FailureKind::PasswordNotSet
+        )
+    }
+
+    /// `server` refused the password given because it has none set (found out after the
+    /// refusal: it answers without one). Nothing was sent but the login.
+    pub fn password_not_set(server: &str) -> Self {
+        RedisFailure {
+            kind: FailureKind::PasswordNotSet,
+            server: server.to_owned(),
+            detail: String::new(),
+            maybe_sent: false,
+        }
     }
 
     pub fn timeout(server: &str, what: &str) -> Self {
@@ -272,9 +298,21 @@ impl fmt::Display for RedisFailure {
                     "Redis at {server} requires a password and none was given ({detail})"
                 )?;
                 if !detail.contains("--password-file") {
+                    write!(f, "; {}", how_to_give_a_password(server))?;
+                }
+                Ok(())
+            }
+            FailureKind::PasswordNotSet => {
+                write!(
+                    f,
+                    "Redis at {server} has no password set and refused the one given"
+                )?;
+                if !detail.is_empty() {
+                    write!(f, " ({detail})")?;
+                }
+                if !detail.contains("--password-file") {
                     f.write_str(
-                        "; give it with --password-file FILE, or in the URL as \
-                         redis://:PASSWORD@host:port (percent-encode / # ? @ in it)",
+                        "; none is needed: remove it from the URL, or drop --password-file",
                     )?;
                 }
                 Ok(())
@@ -299,3 +337,96 @@ impl fmt::Display for RedisFailure {
 }
 
 impl std::error::Error for RedisFailure {}
+
+/// How a password in a URL's query must be written.
+const QUERY_ENCODE: &str = "(percent-encode & # + % in it)";
+
+/// What a NOAUTH failure of `server` (a URL as shown, perhaps followed by words) suggests: a
+/// `--password-file`, or the URL with a password after its user name, the user kept.
+fn how_to_give_a_password(server: &str) -> String {
+    let url = server.split(' ').next().unwrap_or_default();
+    let encode = "(percent-encode / # ? @ in it)";
+    let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            && !s.is_empty()
+    }) else {
+        return format!(
+            "give it with --password-file FILE, or in the URL as \
+             redis://[USER]:PASSWORD@host:port {encode}"
+        );
+    };
+    if scheme == "unix" || scheme.ends_with("+unix") {
+        // A socket's user and password are query parameters (`?user=U&pass=P`).
+        return match rest.split_once('?') {
+            None => format!(
+                "give it with --password-file FILE, or in the URL as \
+                 {scheme}://{rest}?pass=PASSWORD {QUERY_ENCODE}"
+            ),
+            Some(_) => format!(
+                "give it with --password-file FILE, or in the URL's query as &pass=PASSWORD \
+                 {QUERY_ENCODE}"
+            ),
+        };
+    }
+    // The user part ends at the last '@' before the path, query or fragment.
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (user, after) = match rest[..end].rfind('@') {
+        Some(at) => (
+            rest[..at].split(':').next().unwrap_or_default(),
+            &rest[at + 1..],
+        ),
+        None => ("", rest),
+    };
+    let keep = if user.is_empty() {
+        String::new()
+    } else {
+        format!(" (keep the user {user}@ in the URL)")
+    };
+    format!(
+        "give it with --password-file FILE{keep}, or in the URL as \
+         {scheme}://{user}:PASSWORD@{after} {encode}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The way to give a missing password keeps the URL's user name, and its form.
+    #[test]
+    fn a_missing_password_is_shown_where_it_goes() {
+        let cases = [
+            ("redis://h:6379", "redis://:PASSWORD@h:6379"),
+            ("redis://alice@h:6379/2", "redis://alice:PASSWORD@h:6379/2"),
+            (
+                "rediss://alice@[::1]:6380",
+                "rediss://alice:PASSWORD@[::1]:6380",
+            ),
+            (
+                "redis+sentinel://bob@s1,s2/m (master 10.0.0.1:6379)",
+                "redis+sentinel://bob:PASSWORD@s1,s2/m",
+            ),
+            (
+                "redis+sentinel://s1/m?sentinel_username=a@b (master h:1)",
+                "redis+sentinel://:PASSWORD@s1/m?sentinel_username=a@b",
+            ),
+            (
+                "unix:///run/redis.sock",
+                "unix:///run/redis.sock?pass=PASSWORD",
+            ),
+            ("unix:///run/redis.sock?***", "query as &pass=PASSWORD"),
+            (
+                "2 of 3 Redlock masters",
+                "redis://[USER]:PASSWORD@host:port",
+            ),
+        ];
+        for (server, form) in cases {
+            let how = how_to_give_a_password(server);
+            assert!(how.contains(form), "{server}: {how}");
+            assert!(how.contains("--password-file"), "{server}: {how}");
+        }
+        assert!(how_to_give_a_password("redis://alice@h:1").contains("keep the user alice@"));
+        assert!(!how_to_give_a_password("redis://h:1").contains("keep the user"));
+    }
+}

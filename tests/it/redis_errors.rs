@@ -117,6 +117,115 @@ fn wrong_or_missing_password_exits_69_without_leaking_it() {
     assert_eq!(redis.dbsize(), 0);
 }
 
+/// Every subcommand says a missing password as a run does, in the same words: `list` once
+/// printed the raw `Pipeline failure: ... NOAUTH` of its SCAN.
+#[test]
+fn a_missing_password_is_said_the_same_way_by_every_subcommand() {
+    let redis = RedisServer::start_with(&["--requirepass", "secret"]);
+    let token = "570ed3d9-562f-4552-a97f-7bae52de515c";
+    let forms: &[&[&str]] = &[
+        &["--key", "k", "--", "true"],
+        &["status", "--key", "k"],
+        &["list"],
+        &["forget", "--key", "k"],
+        &["break", "--key", "k", "--yes"],
+        &["pause", "--key", "k", "--for", "1m", "--reason", "r"],
+        &["resume", "--key", "k"],
+        &["release", "--key", "k", "--token", token],
+        &["acquire", "--key", "k"],
+    ];
+    let mut lines: Vec<(String, &[&str])> = Vec::new();
+    for args in forms {
+        let out = Wrapper::new()
+            .args(["--redis", &redis.url()])
+            .args(*args)
+            .run();
+        out.expect_code(69);
+        let line = out.expect_one_line().to_owned();
+        for needle in [
+            "requires a password and none was given (NOAUTH)",
+            "--password-file",
+        ] {
+            assert!(line.contains(needle), "{args:?}: no {needle:?}\n{out}");
+        }
+        assert!(!line.contains("Pipeline"), "{args:?}\n{out}");
+        lines.push((line, args));
+    }
+    let (first, first_args) = &lines[0];
+    for (line, args) in &lines[1..] {
+        assert_eq!(line, first, "{args:?} words it unlike {first_args:?}");
+    }
+    assert_eq!(redis.dbsize(), 0);
+}
+
+/// With a user name in the URL (`redis://alice@host:port`), the way to give the missing
+/// password keeps the user: it once suggested `redis://:PASSWORD@host:port`, which logs in
+/// as the default user instead.
+#[test]
+fn a_missing_password_keeps_the_user_of_the_url() {
+    let redis = RedisServer::start_with(&["--requirepass", "secret"]);
+    let port = redis.port();
+    let url = format!("redis://alice@127.0.0.1:{port}");
+    let with_user = format!("redis://alice:PASSWORD@127.0.0.1:{port}");
+    let forms: &[&[&str]] = &[
+        &["--key", "k", "--", "true"],
+        &["status", "--key", "k"],
+        &["list"],
+    ];
+    for args in forms {
+        let out = Wrapper::new().args(["--redis", &url]).args(*args).run();
+        out.expect_code(69);
+        let line = out.expect_one_line();
+        for needle in [
+            "requires a password and none was given",
+            "--password-file FILE (keep the user alice@ in the URL)",
+            with_user.as_str(),
+        ] {
+            assert!(line.contains(needle), "{args:?}: no {needle:?}\n{out}");
+        }
+        assert!(!line.contains("redis://:PASSWORD"), "{args:?}\n{out}");
+    }
+}
+
+/// A password given to a server that has none set (Redis 6+ refuses `AUTH <password>` then)
+/// is not a wrong password: the line says the server has none and none is needed, from the
+/// URL or from --password-file, and never shows it.
+#[test]
+fn a_password_for_a_server_without_one_says_none_is_needed() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let password = "Zq9Xw7Jm";
+    let file = dir.path().join("pw");
+    fs::write(&file, format!("{password}\n")).unwrap();
+    let with_password = format!("redis://:{password}@127.0.0.1:{}", redis.port());
+    let file = file.to_string_lossy().into_owned();
+    let url = redis.url();
+    let runs: [&[&str]; 4] = [
+        &[
+            "--redis",
+            &with_password,
+            "--key",
+            "k",
+            "-c",
+            "touch marker",
+        ],
+        &["--redis", &with_password, "status", "--key", "k"],
+        &["--redis", &with_password, "list"],
+        &["--redis", &url, "--password-file", &file, "list"],
+    ];
+    for args in runs {
+        let out = Wrapper::new().args(args).current_dir(dir.path()).run();
+        out.expect_code(69);
+        let line = out.expect_one_line();
+        assert!(line.contains("has no password set"), "{args:?}\n{out}");
+        assert!(line.contains("none is needed"), "{args:?}\n{out}");
+        assert!(!line.contains("refused authentication"), "{args:?}\n{out}");
+        assert!(!out.stderr.contains("Xw7"), "password shown\n{out}");
+        assert!(!dir.path().join("marker").exists(), "command ran\n{out}");
+    }
+    assert_eq!(redis.dbsize(), 0);
+}
+
 /// The one line must point the user at the password, not at a protocol detail.
 fn expect_mentions_auth(line: &str, out: &Outcome) {
     let l = line.to_lowercase();

@@ -176,3 +176,38 @@ fn a_url_broken_by_its_password_hints_at_percent_encoding() {
     out.expect_code(2);
     out.expect_stderr_contains("percent-encoded");
 }
+
+/// A URL bad for another reason than its password names that reason (a bad port, database,
+/// bracket, socket path or protocol) and says nothing of percent-encoding: that hint is for a
+/// user part holding / # or ?, the one way a password breaks a URL.
+#[test]
+fn a_url_bad_for_another_reason_names_it() {
+    for (url, says) in [
+        ("redis://127.0.0.1:99999", "bad port '99999'"),
+        ("redis://127.0.0.1/notadb", "bad database number 'notadb'"),
+        ("redis://[::1", "'[' of an IPv6 address is not closed"),
+        ("redis://[::1]:6379x", "bad port '6379x'"),
+        ("unix://", "no socket path"),
+        ("unix://tmp/redis.sock", "must be absolute"),
+        (
+            "redis://127.0.0.1:6379/0?protocol=9",
+            "unknown protocol '9'",
+        ),
+        ("redis://:Zq9Xw7Jm@127.0.0.1:99999", "bad port '99999'"),
+        ("redis://u:Zq9Xw7Jm@127.0.0.1/notadb", "bad database number"),
+        ("redis://u@[::1", "'[' of an IPv6 address is not closed"),
+        (
+            "redis+cluster://:Zq9Xw7Jm@127.0.0.1:99999",
+            "bad port '99999'",
+        ),
+    ] {
+        let out = Wrapper::new()
+            .args(["--redis", url, "--key", "k", "--", "true"])
+            .run();
+        out.expect_code(2);
+        let line = out.expect_one_line();
+        assert!(line.contains(says), "{url}: no {says:?}\n{out}");
+        assert!(!line.contains("percent"), "{url}: percent hint\n{out}");
+        assert!(!out.stderr.contains("Xw7"), "{url}: password shown\n{out}");
+    }
+}

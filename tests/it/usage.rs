@@ -408,6 +408,86 @@ fn typos_get_a_hint_and_the_usage() {
     assert_eq!(redis.dbsize(), 0);
 }
 
+/// An option that a subcommand does not take is refused saying who takes it, and why where
+/// that helps, with the subcommand's usage; never with itself as the suggestion (`status
+/// --limit 2` once said "did you mean '--limit'?"). Before the subcommand's name a run's
+/// options are an alias's and stay accepted (status.rs).
+#[test]
+fn an_option_another_command_takes_is_refused_not_suggested() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["status", "--limit", "2", "--key", "k"],
+            "status takes no --limit: the limit is read from the lock; --limit is for a run and acquire",
+        ),
+        (
+            &["status", "--key", "k", "--limit=2"],
+            "status takes no --limit",
+        ),
+        (
+            &["status", "--key", "k", "--wait", "1s"],
+            "status takes no --wait: it never waits",
+        ),
+        (
+            &["status", "-w", "1", "--key", "k"],
+            "status takes no -w (--wait)",
+        ),
+        (
+            &["list", "--ttl", "1s"],
+            "list takes no --ttl: it holds no lease",
+        ),
+        (
+            &["break", "--key", "k", "--wait", "1s"],
+            "break takes no --wait",
+        ),
+        (
+            &["resume", "--key", "k", "--limit", "2"],
+            "resume takes no --limit",
+        ),
+        (
+            &["forget", "--key", "k", "--shared"],
+            "--shared is for a run",
+        ),
+        (
+            &["status", "--key", "k", "--name-prefix", "x"],
+            "--name-prefix is for list",
+        ),
+        (
+            &["--key", "k", "--json", "--", "true"],
+            "a run takes no --json",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = Wrapper::new()
+            .args(["--redis", "redis://127.0.0.1:1"])
+            .args(*args)
+            .run();
+        out.expect_code(2);
+        let line = out.expect_one_line();
+        assert!(line.contains(says), "{args:?}: no {says:?}\n{out}");
+        assert!(!line.contains("did you mean"), "{args:?}\n{out}");
+        let usage = match args[0] {
+            "--key" => "Usage: redlock-run [OPTIONS]".to_owned(),
+            sub => format!("Usage: redlock-run {sub} "),
+        };
+        assert!(line.contains(&usage), "{args:?}: no {usage:?}\n{out}");
+    }
+    // A typo of the subcommand's own option is still suggested; one of another command's
+    // is not (status takes no --limit).
+    let out = Wrapper::new()
+        .args(["status", "--key", "k", "--jsno"])
+        .run();
+    out.expect_code(2);
+    assert!(
+        out.expect_one_line().contains("did you mean '--json'?"),
+        "{out}"
+    );
+    let out = Wrapper::new()
+        .args(["status", "--key", "k", "--limt", "2"])
+        .run();
+    out.expect_code(2);
+    assert!(!out.expect_one_line().contains("--limit"), "{out}");
+}
+
 /// A bare number is seconds for every duration (`-w 10`, `--ttl 30`), as for flock and timeout.
 #[test]
 fn a_bare_number_of_seconds_is_a_duration() {

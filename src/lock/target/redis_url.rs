@@ -49,22 +49,180 @@ pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
     }
     let normalized = format!("{scheme}://{rest}");
     redis::IntoConnectionInfo::into_connection_info(normalized.as_str()).map_err(|e| {
-        let detail = e
-            .detail()
-            .map(|d| format!("{}: {d}", e.category()))
-            .unwrap_or_else(|| e.category().to_owned());
-        // A password with `/`, `#`, `?` or `@` in it splits the URL in the wrong place.
-        let hint = if url.contains('@') {
-            "; a password holding / # ? or @ must be percent-encoded (%2F %23 %3F %40), \
-             or given with --password-file"
+        let why = if password_may_split(rest) {
+            // A password with `/`, `#` or `?` in it splits the URL in the wrong place: what
+            // the parser then says is about pieces of it, so it is not quoted.
+            "cannot parse URL; a password holding / # ? or @ must be percent-encoded \
+             (%2F %23 %3F %40), or given with --password-file"
+                .to_owned()
         } else {
-            ""
+            what_is_wrong(&scheme, rest, &shown)
+                .unwrap_or_else(|| format!("cannot parse URL: {}", crate_says(&e, url)))
         };
-        format!(
-            "--redis {shown}: cannot parse URL: {}{hint}",
-            scrub(&detail, url)
-        )
+        format!("--redis {shown}: {why}")
     })
+}
+
+/// Whether the user part of `rest` (the URL after `scheme://`, up to its last `@`) holds a
+/// character that ends a URL's authority (`/`, `?`, `#`): a password typed unencoded, the one
+/// way a user part breaks a URL.
+fn password_may_split(rest: &str) -> bool {
+    rest.rfind('@')
+        .is_some_and(|at| rest[..at].contains(['/', '?', '#']))
+}
+
+/// The redis crate's reason, without anything of `url`'s password.
+fn crate_says(e: &redis::RedisError, url: &str) -> String {
+    // Its Display is "description - Kind[: detail]"; the description says what it disliked.
+    let text = e.to_string();
+    let description = text.split(" - ").next().unwrap_or(&text);
+    let said = match e.detail() {
+        Some(detail) => format!("{description}: {detail}"),
+        None => description.to_owned(),
+    };
+    let mut chars = said.chars();
+    let said = match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => said,
+    };
+    scrub(&said, url)
+}
+
+/// What is wrong with a server URL the redis crate refused, when its user part is not the
+/// cause: the socket path, host, port, database or protocol, named; `None` when none of them
+/// is found at fault. Only what `shown` (the redacted URL) shows is quoted.
+fn what_is_wrong(scheme: &str, rest: &str, shown: &str) -> Option<String> {
+    let quote = |piece: &str| {
+        if !piece.is_empty() && shown.contains(piece) {
+            format!(" '{piece}'")
+        } else {
+            String::new()
+        }
+    };
+    let after_user = rest.rfind('@').map_or(rest, |at| &rest[at + 1..]);
+    let (before_query, query) = match after_user.split_once('?') {
+        Some((before, query)) => (before, query.split('#').next().unwrap_or_default()),
+        None => (after_user.split('#').next().unwrap_or_default(), ""),
+    };
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+    };
+    if let Some(protocol) = param("protocol")
+        && !matches!(protocol, "2" | "3" | "resp2" | "resp3")
+    {
+        return Some(format!(
+            "unknown protocol{}; use ?protocol=2 or ?protocol=3 (resp2, resp3)",
+            quote(protocol)
+        ));
+    }
+    if scheme == "unix" || scheme.ends_with("+unix") {
+        let (host, path) =
+            before_query.split_at(before_query.find('/').unwrap_or(before_query.len()));
+        if path.trim_matches('/').is_empty() {
+            return Some(format!(
+                "no socket path; example: {scheme}:///run/redis/redis.sock"
+            ));
+        }
+        if !host.is_empty() && !host.eq_ignore_ascii_case("localhost") {
+            let meant = format!("{host}{path}");
+            let example = if shown.contains(&meant) {
+                meant.as_str()
+            } else {
+                "run/redis.sock"
+            };
+            return Some(format!(
+                "the socket path must be absolute: three slashes, as in {scheme}:///{example}"
+            ));
+        }
+        if let Some(db) = param("db")
+            && db.parse::<i64>().is_err()
+        {
+            return Some(format!(
+                "bad database number{}; give a number, as in ?db=0",
+                quote(db)
+            ));
+        }
+        return None;
+    }
+    if let Some((_, fragment)) = after_user.split_once('#') {
+        return Some(format!(
+            "a URL fragment{} is not supported; remove it",
+            quote(&format!("#{fragment}"))
+        ));
+    }
+    let (authority, path) =
+        before_query.split_at(before_query.find('/').unwrap_or(before_query.len()));
+    let example = format!("example: {scheme}://127.0.0.1:6379");
+    if authority.is_empty() {
+        return Some(format!("no host; {example}"));
+    }
+    let (host, port) = if let Some(inside) = authority.strip_prefix('[') {
+        let Some((address, after)) = inside.split_once(']') else {
+            return Some(format!(
+                "the '[' of an IPv6 address is not closed; write it as {scheme}://[::1]:6379"
+            ));
+        };
+        if address.parse::<std::net::Ipv6Addr>().is_err() {
+            return Some(format!(
+                "not an IPv6 address{}; example: {scheme}://[::1]:6379",
+                quote(&format!("[{address}]"))
+            ));
+        }
+        match after {
+            "" => (address, None),
+            _ => match after.strip_prefix(':') {
+                Some(port) => (address, Some(port)),
+                None => {
+                    return Some(format!(
+                        "unexpected{} after the IPv6 address; write it as {scheme}://[::1]:6379",
+                        quote(after)
+                    ));
+                }
+            },
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((_, port)) if port.contains(':') => {
+                return Some(format!(
+                    "an IPv6 address must be in brackets, as in {scheme}://[::1]:6379"
+                ));
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Some(format!("no host; {example}"));
+    }
+    if let Some(port) = port
+        && !port.is_empty()
+        && port.parse::<u16>().is_err()
+    {
+        return Some(format!(
+            "bad port{}: give a number from 1 to 65535",
+            quote(port)
+        ));
+    }
+    if matches!(host, "0.0.0.0" | "::") {
+        return Some(format!(
+            "{host} is an address to listen on, not to connect to; use 127.0.0.1 (or ::1) for \
+             this host"
+        ));
+    }
+    if host.contains(|c: char| c.is_ascii() && !(c.is_ascii_alphanumeric() || "-._~".contains(c))) {
+        return Some(format!("not a host name{}; {example}", quote(host)));
+    }
+    let db = path.trim_matches('/');
+    if !db.is_empty() && db.parse::<i64>().is_err() {
+        return Some(format!(
+            "bad database number{}: the path is the database, a number, as in \
+             {scheme}://127.0.0.1:6379/0",
+            quote(db)
+        ));
+    }
+    None
 }
 
 /// Whether `info` is a TLS connection.
@@ -207,6 +365,46 @@ mod tests {
             redact("redis+sentinel://u:p@h/m?sentinel_password=a@b"),
             "redis+sentinel://u:***"
         );
+    }
+
+    /// A URL refused for something else than its password says what; the percent-encoding
+    /// hint only for a user part that holds `/`, `#` or `?`.
+    #[test]
+    fn names_what_is_wrong_with_a_url() {
+        let why = |url: &str| parse_server(url).unwrap_err();
+        for (url, says) in [
+            ("redis://127.0.0.1:99999", "bad port '99999'"),
+            ("redis://h:abc", "bad port 'abc'"),
+            ("redis://127.0.0.1/notadb", "bad database number 'notadb'"),
+            ("redis://[::1", "'[' of an IPv6 address is not closed"),
+            ("redis://[zz]:1", "not an IPv6 address '[zz]'"),
+            ("redis://[::1]x", "unexpected 'x' after the IPv6 address"),
+            ("redis://::1", "must be in brackets"),
+            ("redis://", "no host"),
+            ("redis://:6379", "no host"),
+            ("redis://0.0.0.0", "not to connect to"),
+            ("redis://h st", "not a host name 'h st'"),
+            ("redis://h/0?protocol=9", "unknown protocol '9'"),
+            ("unix://", "no socket path"),
+            ("unix://tmp/x.sock", "must be absolute"),
+            ("unix:///tmp/x.sock?db=x", "bad database number 'x'"),
+            ("redis://u:s3cret@h:99999", "bad port '99999'"),
+            ("redis://u@[::1", "not closed"),
+        ] {
+            let e = why(url);
+            assert!(e.contains(says), "{url}: {e}");
+            assert!(!e.contains("percent"), "{url}: {e}");
+            assert!(!e.contains("s3cret"), "{url}: {e}");
+        }
+        for url in [
+            "redis://:se/cret@h:1",
+            "redis://u:se#cret@h",
+            "redis://u:se?cret@h",
+        ] {
+            let e = why(url);
+            assert!(e.contains("percent-encoded"), "{url}: {e}");
+            assert!(!e.contains("cret"), "{url}: {e}");
+        }
     }
 
     #[test]

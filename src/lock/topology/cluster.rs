@@ -304,7 +304,15 @@ impl Cluster {
         } else {
             host
         };
-        let shown = format!("{}://{host}:{port}", if tls { "rediss" } else { "redis" });
+        // The user name as in the URL given, so that a message about the login shows it.
+        let user = template
+            .redis_settings()
+            .username()
+            .map_or_else(String::new, |u| format!("{u}@"));
+        let shown = format!(
+            "{}://{user}{host}:{port}",
+            if tls { "rediss" } else { "redis" }
+        );
         let node = Rc::new(Server::new(&info, &self.tls, &shown)?);
         self.nodes.borrow_mut().insert(addr.clone(), node.clone());
         Ok(node)

@@ -57,6 +57,10 @@ pub struct Server {
     no_ca: bool,
     /// Some request got a reply: the connection set-up is not what fails.
     answered: Cell<bool>,
+    /// The same server without the password, when one is given for the default user (no
+    /// user name): a refused login is then tried without it, to tell a server that has no
+    /// password set from a wrong password (see `refused_login`).
+    without_password: Option<redis::Client>,
 }
 
 /// Added to a refused server certificate when no `--tls-ca-cert` was given.
@@ -98,6 +102,7 @@ impl Server {
         let no_client_cert = crate::lock::target::is_tls(&info) && tls.client.is_none();
         let no_ca = crate::lock::target::is_tls(&info) && tls.ca.is_none();
         let resp3 = client(push::resp3(&info), tls).ok();
+        let without_password = login_without_password(&info).and_then(|i| client(i, tls).ok());
         let client = client(info, tls).map_err(|e| RedisFailure::from_redis(&e, shown))?;
         Ok(Server {
             client,
@@ -109,6 +114,7 @@ impl Server {
             no_client_cert,
             no_ca,
             answered: Cell::new(false),
+            without_password,
         })
     }
 
@@ -137,14 +143,45 @@ impl Server {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(deadline.saturating_duration_since(Instant::now())))
             .set_response_timeout(None);
-        let conn = self
+        let conn = match self
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|e| self.failure(&e).not_sent())?;
+        {
+            Ok(conn) => conn,
+            Err(e) => {
+                let failure = match self.refused_login(&e, &config).await {
+                    Some(failure) => failure,
+                    None => self.failure(&e),
+                };
+                return Err(failure.not_sent());
+            }
+        };
         let open = Open::new(conn, self.opened.replace(self.opened.get() + 1));
         *self.conn.borrow_mut() = Some(open.clone());
         Ok(open)
+    }
+
+    /// A refused login (`e`) with a password for the default user, from a server that answers
+    /// without one: it has no password set (Redis refuses `AUTH <password>` then), which is
+    /// not a wrong password. `None` for any other failure, or when the server needs a password.
+    async fn refused_login(
+        &self,
+        e: &redis::RedisError,
+        config: &AsyncConnectionConfig,
+    ) -> Option<RedisFailure> {
+        if e.kind() != redis::ErrorKind::AuthenticationFailed {
+            return None;
+        }
+        let mut conn = self
+            .without_password
+            .as_ref()?
+            .get_multiplexed_async_connection_with_config(config)
+            .await
+            .ok()?;
+        // Bounded by the caller's deadline, as the connection attempt is.
+        let pong: String = redis::cmd("PING").query_async(&mut conn).await.ok()?;
+        (pong == "PONG").then(|| RedisFailure::password_not_set(&self.shown))
     }
 
     /// A RESP3 connection subscribed to the release notices (`push`); `None` if it could
@@ -450,6 +487,24 @@ fn client(info: redis::ConnectionInfo, tls: &Tls) -> redis::RedisResult<redis::C
     }
     let _ = tls; // config.rs refuses --tls-* with a URL that does not use TLS
     redis::Client::open(info)
+}
+
+/// `info` without its password, if it gives one for the default user (no user name) over
+/// RESP2: the login a server with no password set refuses (`AUTH <password>`). Over RESP3 the
+/// login is `HELLO 3 AUTH default <password>`, which such a server accepts.
+fn login_without_password(info: &redis::ConnectionInfo) -> Option<redis::ConnectionInfo> {
+    let settings = info.redis_settings();
+    if settings.password().is_none()
+        || settings.username().is_some()
+        || settings.protocol().supports_resp3()
+    {
+        return None;
+    }
+    let bare = redis::RedisConnectionInfo::default()
+        .set_db(settings.db())
+        .set_protocol(settings.protocol())
+        .set_skip_set_lib_name();
+    Some(info.clone().set_redis_settings(bare))
 }
 
 /// rustls needs a process-wide crypto provider before any TLS connection, whatever the
