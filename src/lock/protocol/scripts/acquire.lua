@@ -7,7 +7,8 @@
 -- ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not wait: never
 -- queues), how long a waiter's place is kept without a new attempt (ms); then the pause key
 -- and the holder's note ('' = none); then the shared holders' set (--shared,
--- shared/acquire.lua: while it has a live lease, the lock is busy).
+-- shared/acquire.lua: while it has a live lease, the lock is busy), the limit key and the
+-- holders hash (read only to tell a lock of another kind from somebody else's key).
 -- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place,
 -- finished_ms, kept_until_ms, pause reason, pause host, pause until_ms, shared} when busy
 -- (pttl -2: the lock is free but waiters come first; queued: waiters in the queue; place:
@@ -32,6 +33,7 @@ local waiter, keep = ARGV[12], tonumber(ARGV[13])
 local pause, note = ARGV[14] or '', ARGV[15] or ''
 -- --shared: the set of shared holders (shared/acquire.lua).
 local shared = ARGV[16] or ''
+local limit_key, holders = ARGV[17], ARGV[18]
 
 -- The usual case costs one command for all of them (reach.lua): none of them exists, and
 -- every key is in reach. Then no check on them is needed, no queue can hold anyone and no
@@ -58,15 +60,21 @@ if not none_queued and here(cancelled) and redis.call('SISMEMBER', cancelled, to
 end
 
 if kind == 'zset' then
+  local limited = limit_recorded(limit_key)
+  if limited == nil then
+    return split()
+  elseif not limited then
+    return not_a_limit_lock(lock, limit_key)
+  end
   -- LIMITMISMATCH: a configuration error, told apart from a Redis failure (lock/error.rs).
   return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
     ' is used with --limit elsewhere and this run has none; give every user of a lock the' ..
     ' same --limit (nothing was changed)')
 elseif kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
+  return not_a_lock(lock, lock, 'holds ' .. kind_words(kind))
 end
 if not none_queued then
-  local bad_queue = check_kinds('zset', {queue, expiry})
+  local bad_queue = check_kinds(lock, 'zset', {queue, expiry})
   if bad_queue then
     return bad_queue
   end
@@ -75,7 +83,7 @@ end
 local last
 if here(fence_key) then
   local bad_fence
-  last, bad_fence = last_fence(fence_key)
+  last, bad_fence = last_fence(lock, fence_key)
   if bad_fence then
     return bad_fence
   end
@@ -148,12 +156,21 @@ if kind == 'none' and not none_queued then
   if not here(shared) then
     return split()
   end
-  local bad_shared = check_kinds('zset', {shared})
+  local bad_shared = check_kinds(lock, 'zset', {shared})
   if bad_shared then
     return bad_shared
   end
   local longest = redis.call('ZRANGE', shared, -1, -1, 'WITHSCORES')[2]
   if longest and tonumber(longest) > now_ms then
+    -- Live leases that no --shared run took (somebody else's set) would keep the lock
+    -- busy forever.
+    local bad_holders = check_kinds(lock, 'hash', {holders})
+    if bad_holders then
+      return bad_holders
+    end
+    if not shared_ours(shared, holders) then
+      return not_shared_holders(lock, shared, holders)
+    end
     shared_left = math.ceil(tonumber(longest) - now_ms)
     return busy()
   end

@@ -12,7 +12,8 @@
 -- ARGV: lock, fence counter, holder hash (the exclusive holder's), holders (hash: token ->
 -- shared holder's info), cancelled tokens, queue, queue expiry; then token, ttl ms, fence
 -- counter ttl ms, host, pid, command, waiter id ('' = does not wait), how long a waiter's
--- place is kept (ms); then the pause key (`pause`) and the holder's note ('' = none).
+-- place is kept (ms); then the pause key (`pause`), the holder's note ('' = none) and the
+-- limit key (read only to tell a --limit lock from somebody else's sorted set).
 -- Returns acquire.lua's replies: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
 -- place} (the exclusive holder; pttl -2: free, but an exclusive waiter comes first or the
 -- lock is paused, the pause's reason, host and end then at 10-12); {2} for a cancelled
@@ -26,6 +27,7 @@ local lock, fence_key, holder, holders, cancelled, queue, expiry =
 local token, ttl = ARGV[8], tonumber(ARGV[9])
 local waiter, keep = ARGV[14], tonumber(ARGV[15])
 local pause, note = ARGV[16] or '', ARGV[17] or ''
+local limit_key = ARGV[18]
 
 -- The usual case proves in one command that every key is in reach (reach.lua).
 probe({cancelled, queue, expiry})
@@ -41,18 +43,25 @@ end
 
 local kind, value = read_string(lock)
 if kind == 'zset' then
+  local limited = limit_recorded(limit_key)
+  if limited == nil then
+    return split()
+  elseif not limited then
+    return not_a_limit_lock(lock, limit_key)
+  end
   -- LIMITMISMATCH: a configuration error, as a limit mismatch (lock/error.rs).
   return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
     ' is used with --limit (several holders); --shared cannot share it: use the same ' ..
     'options as its other users')
 elseif kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
+  return not_a_lock(lock, lock, 'holds ' .. kind_words(kind))
 end
-local bad = check_kinds('zset', {shared, queue, expiry}) or check_kinds('hash', {holders})
+local bad = check_kinds(lock, 'zset', {shared, queue, expiry}) or
+  check_kinds(lock, 'hash', {holders})
 if bad then
   return bad
 end
-local last, bad_fence = last_fence(fence_key)
+local last, bad_fence = last_fence(lock, fence_key)
 if bad_fence then
   return bad_fence
 end
@@ -65,6 +74,11 @@ if #ended > 0 then
   redis.call('HDEL', holders, unpack(ended))
 end
 reap_waiters(queue, expiry, now_ms, 1)
+-- Live leases that no --shared run took (somebody else's set) are neither joined nor
+-- waited for.
+if redis.call('EXISTS', shared) == 1 and not shared_ours(shared, holders) then
+  return not_shared_holders(lock, shared, holders)
+end
 
 local function busy(free)
   local place = 0
@@ -121,8 +135,7 @@ end
 local latest = redis.call('ZRANGE', shared, -1, -1, 'WITHSCORES')[2]
 latest = latest and tonumber(latest) or 0
 if latest ~= latest or latest == math.huge or latest == -math.huge then
-  return redis.error_reply('WRONGTYPE the key ' .. shared ..
-    ' holds a member whose score is no lease end; refusing to touch it')
+  return not_a_lock(lock, shared, 'holds a member whose score is no lease end')
 end
 local left = math.max(math.ceil(math.max(latest, now_ms + ttl) - now_ms), 1)
 if waiter ~= '' then

@@ -1,13 +1,13 @@
 -- Give back our shared hold; never touch another holder's.
--- KEYS: shared holders (zset). ARGV: holders, release channel, queue, queue expiry; then
--- token, keep ms, creating (ScriptCall::creating); then, from ARGV[8], the run record to
--- write (record.lua).
+-- KEYS: shared holders (zset). ARGV: holders, release channel, queue, queue expiry, lock
+-- (named in a refusal); then token, keep ms, creating (ScriptCall::creating); then, from
+-- ARGV[9], the run record to write (record.lua).
 -- keep > 0 (--hold-at-least): the hold stays for keep ms more instead.
 -- Returns 1 released, -1 already gone (our lease ended); TRYAGAIN (reach.lua).
 -- The last shared holder to leave announces it (wake.lua): only then can the exclusive
 -- waiter at the head of the queue go in.
 local shared, holders, channel, queue, expiry = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local token, keep = ARGV[5], tonumber(ARGV[6])
+local lock, token, keep = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local kind = type_here(shared)
 if not kind then
   return split()
@@ -23,9 +23,10 @@ if not score or tonumber(score) <= now_ms then
 end
 local holders_kind = type_here(holders)
 if holders_kind and holders_kind ~= 'none' and holders_kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE the key ' .. holders .. ' holds a ' .. holders_kind)
+  return not_a_lock(lock, holders, 'holds ' .. kind_words(holders_kind) ..
+    ', where redlock-run keeps a hash')
 end
-write_record(8, ARGV[7])
+write_record(9, ARGV[8])
 if keep > 0 then
   redis.call('ZADD', shared, 'XX', string.format('%.0f', now_ms + keep), token)
   keep_for_longest_lease(shared, holders, now_ms)
