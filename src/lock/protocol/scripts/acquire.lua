@@ -8,14 +8,17 @@
 -- queues), how long a waiter's place is kept without a new attempt (ms); then the pause key
 -- and the holder's note ('' = none); then the shared holders' set (--shared,
 -- shared/acquire.lua: while it has a live lease, the lock is busy), the limit key and the
--- holders hash (read only to tell a lock of another kind from somebody else's key).
+-- holders hash (read to tell a lock of another kind from somebody else's key, and who the
+-- shared holders are).
 -- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place,
 -- finished_ms, kept_until_ms, pause reason, pause host, pause until_ms, shared} when busy
 -- (pttl -2: the lock is free but waiters come first; queued: waiters in the queue; place:
 -- this waiter's place in it, 1 = next, 0 = not queued; finished_ms and kept_until_ms ''
 -- unless the holder's command finished and --hold-at-least keeps the lock; the pause's
 -- fields '' unless the lock is paused; shared: how many shared holders keep it, pttl then
--- being the time left on the longest of their leases); {2} for an attempt that was
+-- being the time left on the longest of their leases, host, pid and acquired_ms those of
+-- the one holder when there is one, finished_ms and kept_until_ms set when the command of
+-- every one of them finished and --hold-at-least keeps its share); {2} for an attempt that was
 -- cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
 -- (reach.lua).
 -- Every check that can fail runs before the first write: a script that errors half-way
@@ -105,6 +108,39 @@ local paused
 
 -- --shared: ms left on the longest shared lease, when shared holders keep the lock.
 local shared_left
+
+-- --shared: what is known of the `n` shared holders that keep the lock: host, pid and
+-- acquired_ms of the one when there is one; the latest finish and the latest end when the
+-- command of every one finished and --hold-at-least keeps its share (shared/release.lua
+-- notes `TOKEN:kept` beside its info); '' for what is not known. A holder that still runs
+-- renews its lease: then nobody can tell when the lock is free. (The holders hash, where in
+-- reach, is a hash: checked before shared_left was set.)
+local function shared_known(n)
+  local host, pid, since, finished, kept_until = '', '', '', '', ''
+  if n > 100 or not here(holders) then
+    return host, pid, since, finished, kept_until
+  end
+  local live = redis.call('ZRANGEBYSCORE', shared, '(' .. now_ms, '+inf')
+  if #live == 1 then
+    local info = redis.call('HGET', holders, live[1])
+    if info then
+      host, pid, since = string.match(info, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t')
+    end
+  end
+  local last_finish, last_end = 0, 0
+  for _, member in ipairs(live) do
+    local f, u = string.match(redis.call('HGET', holders, member .. ':kept') or '',
+      '^(%d+)\t(%d+)$')
+    if not f then
+      return host or '', pid or '', since or '', '', ''
+    end
+    last_finish, last_end = math.max(last_finish, tonumber(f)), math.max(last_end, tonumber(u))
+  end
+  if #live > 0 then
+    finished, kept_until = string.format('%.0f', last_finish), string.format('%.0f', last_end)
+  end
+  return host or '', pid or '', since or '', finished, kept_until
+end
 -- Join the queue, or keep our place in it, and say who holds the lock and where we stand.
 local function busy()
   local place = 0
@@ -133,6 +169,7 @@ local function busy()
   local pttl, shared_n = redis.call('PTTL', lock), 0
   if shared_left then
     pttl, shared_n = shared_left, redis.call('ZCOUNT', shared, '(' .. now_ms, '+inf')
+    host, pid, since, finished, kept_until = shared_known(shared_n)
   end
   local reply = {0, pttl, host, pid, since, queued, place, finished, kept_until, '', '', '',
     shared_n}

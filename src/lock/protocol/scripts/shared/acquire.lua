@@ -15,9 +15,10 @@
 -- place is kept (ms); then the pause key (`pause`), the holder's note ('' = none) and the
 -- limit key (read only to tell a --limit lock from somebody else's sorted set).
 -- Returns acquire.lua's replies: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
--- place} (the exclusive holder; pttl -2: free, but an exclusive waiter comes first or the
--- lock is paused, the pause's reason, host and end then at 10-12); {2} for a cancelled
--- attempt; TRYAGAIN (reach.lua).
+-- place, finished_ms, kept_until_ms} (the exclusive holder; finished_ms and kept_until_ms
+-- '' unless its command finished and --hold-at-least keeps the lock; pttl -2: free, but an
+-- exclusive waiter comes first or the lock is paused, the pause's reason, host and end then
+-- at 10-12); {2} for a cancelled attempt; TRYAGAIN (reach.lua).
 -- Every check that can fail runs before the first write. A shared hold is only ever taken
 -- where every key of the lock is in reach (not on either node while its slot migrates: the
 -- cluster client tries again, a waiter keeping its place, topology/cluster.rs).
@@ -72,6 +73,12 @@ local ended = redis.call('ZRANGEBYSCORE', shared, '-inf', now_ms, 'LIMIT', 0, 10
 if #ended > 0 then
   redis.call('ZREM', shared, unpack(ended))
   redis.call('HDEL', holders, unpack(ended))
+  -- And what release.lua noted of those kept by --hold-at-least.
+  local kept = {}
+  for i, ended_token in ipairs(ended) do
+    kept[i] = ended_token .. ':kept'
+  end
+  redis.call('HDEL', holders, unpack(kept))
 end
 reap_waiters(queue, expiry, now_ms, 1)
 -- Live leases that no --shared run took (somebody else's set) are neither joined nor
@@ -85,19 +92,23 @@ local function busy(free)
   if waiter ~= '' then
     place = keep_place(queue, expiry, waiter, now_us, now_ms, keep)
   end
-  local host, pid, since = '', '', ''
+  -- The exclusive holder, and whether its command finished with --hold-at-least keeping
+  -- the lock (release.lua notes it), as acquire.lua tells it.
+  local host, pid, since, finished, kept_until = '', '', '', '', ''
   if value then
-    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms')
+    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms',
+      'finished_ms', 'kept_until_ms')
     if type(info) == 'table' and not info.err and info[1] == value then
       host, pid, since = info[2] or '', info[3] or '', info[4] or ''
+      finished, kept_until = info[5] or '', info[6] or ''
     end
   end
   local pttl = free and -2 or redis.call('PTTL', lock)
-  local reply = {0, pttl, host, pid, since, redis.call('ZCARD', queue), place}
+  local reply = {0, pttl, host, pid, since, redis.call('ZCARD', queue), place, finished,
+    kept_until}
   -- A pause in force is told, whoever else keeps the lock (as acquire.lua does).
   local p = pause_in_force(pause)
   if p then
-    reply[8], reply[9] = '', ''
     reply[10], reply[11], reply[12] = p[1], p[2], p[3]
   end
   return reply

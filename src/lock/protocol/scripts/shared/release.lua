@@ -2,7 +2,9 @@
 -- KEYS: shared holders (zset). ARGV: holders, release channel, queue, queue expiry, lock
 -- (named in a refusal); then token, keep ms, creating (ScriptCall::creating); then, from
 -- ARGV[9], the run record to write (record.lua).
--- keep > 0 (--hold-at-least): the hold stays for keep ms more instead.
+-- keep > 0 (--hold-at-least): the hold stays for keep ms more instead, and the holders hash
+-- notes, as `TOKEN:kept` = `finished_ms<TAB>kept_until_ms`, that its command finished (as
+-- semaphore/release.lua does for a permit).
 -- Returns 1 released, -1 already gone (our lease ended); TRYAGAIN (reach.lua).
 -- The last shared holder to leave announces it (wake.lua): only then can the exclusive
 -- waiter at the head of the queue go in.
@@ -29,12 +31,18 @@ end
 write_record(9, ARGV[8])
 if keep > 0 then
   redis.call('ZADD', shared, 'XX', string.format('%.0f', now_ms + keep), token)
+  -- The command finished: `status` and an exclusive run's busy reply say so (beside our
+  -- info, under a field no token can be; reaped with the share by acquire.lua).
+  if holders_kind and redis.call('HEXISTS', holders, token) == 1 then
+    redis.call('HSET', holders, token .. ':kept',
+      string.format('%.0f', now_ms) .. '\t' .. string.format('%.0f', now_ms + keep))
+  end
   keep_for_longest_lease(shared, holders, now_ms)
 else
   local last = not others_hold(shared, token, now_ms)
   redis.call('ZREM', shared, token)
   if holders_kind then
-    redis.call('HDEL', holders, token)
+    redis.call('HDEL', holders, token, token .. ':kept')
   end
   if last then
     redis.pcall('PUBLISH', channel, whom_to_wake(queue, expiry))
