@@ -210,16 +210,35 @@ pub struct Grant {
     /// Servers that did not take part although the grant holds (a Redlock master down), in
     /// words for a warning: one more such failure could stop every run. `None`: all did.
     pub degraded: Option<String>,
+    /// The names of the servers (no password) that did not grant, for the renewals to tell
+    /// apart from one that stops answering later (empty for one server).
+    pub absent: Vec<String>,
 }
 
 /// The outcome of one renewal that got an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Renewal {
-    /// Extended; the new lease counts from `counted_from`.
-    Renewed { counted_from: Stamp },
+    /// Extended; the new lease counts from `counted_from`. `nodes`: on several servers
+    /// (Redlock), which of them did not confirm it (`None` for one server).
+    Renewed {
+        counted_from: Stamp,
+        nodes: Option<Confirmed>,
+    },
     /// The token is gone: someone else may hold the lock. Final. `Some` when an operator's
     /// `break` took it: by whom and when.
     Lost(Option<Broken>),
+}
+
+/// Which servers confirmed a renewal that holds on several (Redlock).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Confirmed {
+    /// Each server that did not confirm, by name (no password), with why, in words that
+    /// name it (`Redis at redis://10.0.0.2:6379 is unreachable: ...`).
+    pub missing: Vec<(String, String)>,
+    /// Each server that did, by name.
+    pub confirmed: Vec<String>,
+    /// `2 of 3 masters (2 needed)`.
+    pub tally: String,
 }
 
 /// What is known about the current holder of a busy lock.

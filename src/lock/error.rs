@@ -86,6 +86,17 @@ impl RedisFailure {
             FailureKind::NoPassword => "NOAUTH".to_owned(),
             // The script's message without its code: it says what differs.
             FailureKind::LimitMismatch => err.detail().unwrap_or_default().to_owned(),
+            // The scripts' own refusal names the key and what it holds (reach.lua,
+            // not_a_lock); a type error of the server itself says neither.
+            FailureKind::WrongType => match err.detail() {
+                Some(d) if d.contains(NOT_A_LOCK) => {
+                    format!(
+                        "{}; {WRONG_TYPE_HINT} (nothing was changed)",
+                        describe_detail(d)
+                    )
+                }
+                _ => format!("{WRONG_TYPE_UNNAMED}; {WRONG_TYPE_HINT}"),
+            },
             _ => describe(err),
         };
         RedisFailure {
@@ -258,6 +269,26 @@ fn script_acl_refusal(err: &redis::RedisError) -> bool {
         })
 }
 
+/// What the scripts' refusal of a key of another type says (reach.lua, `not_a_lock`), and
+/// `status` too: `L is not a redlock-run lock: its key K holds ...`.
+const NOT_A_LOCK: &str = " is not a redlock-run lock: ";
+
+/// A type error that names no key (the server's own, from a command it refused).
+const WRONG_TYPE_UNNAMED: &str = "this is not a redlock-run lock: it, or one of its companion \
+     keys ({KEY}:holder, {KEY}:fence, ...), holds another type of value";
+
+/// What a run tells the user to check when a key holds another type of value (`status` too).
+const WRONG_TYPE_HINT: &str = "check --key and --prefix";
+
+/// A script's own detail, cut as `describe` cuts a server's text.
+fn describe_detail(detail: &str) -> String {
+    let line = detail.lines().next().unwrap_or_default();
+    match line.char_indices().nth(MOST_SHOWN) {
+        Some((i, _)) => format!("{}...", &line[..i]),
+        None => line.to_owned(),
+    }
+}
+
 /// The error in words, without anything that could quote a password.
 fn describe(err: &redis::RedisError) -> String {
     let text = match (err.code(), err.detail()) {
@@ -326,9 +357,8 @@ impl fmt::Display for RedisFailure {
                 f,
                 "Redis at {server} is a read-only replica; point --redis at the primary"
             ),
-            FailureKind::WrongType => {
-                write!(f, "Redis at {server}: {detail}; refusing to touch it")
-            }
+            // The detail says what to check (`from_redis`).
+            FailureKind::WrongType => write!(f, "Redis at {server}: {detail}"),
             FailureKind::LimitMismatch => write!(f, "Redis at {server}: {detail}"),
             FailureKind::Replicas => write!(f, "Redis at {server}: {detail}"),
             FailureKind::Other => write!(f, "Redis at {server} failed: {detail}"),

@@ -29,9 +29,9 @@ mod token;
 pub mod topology;
 
 pub use contract::{
-    Attempt, BreakOutcome, Broken, Cut, Grant, Holder, HolderInfo, Kept, ListQuery, Listed,
-    Listing, Lock, NodeStatus, Paused, Permit, ReleaseNotices, Released, Renewal, ReplicaAck,
-    Status, Waiter,
+    Attempt, BreakOutcome, Broken, Confirmed, Cut, Grant, Holder, HolderInfo, Kept, ListQuery,
+    Listed, Listing, Lock, NodeStatus, Paused, Permit, ReleaseNotices, Released, Renewal,
+    ReplicaAck, Status, Waiter,
 };
 pub use error::{FailureKind, RedisFailure};
 pub use protocol::hold::{HoldChange, HoldRecord, HoldState};

@@ -150,6 +150,14 @@ impl Reporter {
         }
     }
 
+    /// A server that `degraded` told of answers again (a Redlock master that confirms
+    /// renewals again): one line, silent under --quiet.
+    pub fn recovered(&self, msg: impl Display) {
+        if !self.quiet {
+            self.emit(Level::Info, "recovered", &msg.to_string());
+        }
+    }
+
     /// `--once-per` skipped the command: one line, silent under --quiet.
     pub fn skipped(&self, msg: impl Display) {
         if !self.quiet {

@@ -196,6 +196,7 @@ impl<'a, L: Lock> Acquirer<'a, L> {
                         fence: grant.fence,
                         acquired: now,
                         waited: now.since(started),
+                        absent: grant.absent,
                     });
                 }
                 Ok(Attempt::Busy(holder)) => {

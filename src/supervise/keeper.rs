@@ -19,7 +19,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::lease::{Lease, Stamp, Standing};
-use crate::lock::{Lock, RedisFailure, Renewal, ReplicaAck, Token};
+use crate::lock::{Confirmed, Lock, RedisFailure, Renewal, ReplicaAck, Token};
 use crate::report::Reporter;
 
 use super::outcome::LeaseEnd;
@@ -65,6 +65,9 @@ pub(super) struct LeaseKeeper<'a, L: Lock> {
     last_error: String,
     /// When a failed renewal was last reported.
     last_said: Option<Stamp>,
+    /// Redlock: the masters that do not confirm renewals, by name, as last told (those that
+    /// did not grant the lock were told at the start).
+    not_confirming: Vec<String>,
 }
 
 impl<'a, L: Lock> LeaseKeeper<'a, L> {
@@ -87,6 +90,7 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
             renewals: Renewals::Due(held.counted_from.checked_add(cfg.heartbeat)),
             last_error: String::from("no renewal was answered in time"),
             last_said: None,
+            not_confirming: held.absent.clone(),
         }
     }
 
@@ -217,9 +221,15 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
         report: &Reporter,
     ) -> Option<LeaseEnd> {
         match reply {
-            Ok(Renewal::Renewed { counted_from }) => {
+            Ok(Renewal::Renewed {
+                counted_from,
+                nodes,
+            }) => {
                 self.lease.renewed(counted_from);
                 report.info("renewed", format_args!("renewed {}", self.lock.name()));
+                if let Some(nodes) = nodes {
+                    self.tell_nodes(&nodes, report);
+                }
                 // Later attempts still under way count as the next renewal.
                 if !matches!(&self.renewals, Renewals::Sent(flight) if !flight.attempts.is_empty())
                 {
@@ -260,6 +270,33 @@ impl<'a, L: Lock> LeaseKeeper<'a, L> {
                     _ => self.renewals = Renewals::Due(retry),
                 }
                 None
+            }
+        }
+    }
+
+    /// Redlock: a master that stops confirming renewals while the others keep the lock is
+    /// told once (one more such failure could lose it), as one that is down at the start;
+    /// one that confirms them again, once too. Each change of a master is one line.
+    fn tell_nodes(&mut self, nodes: &Confirmed, report: &Reporter) {
+        let key = self.lock.name();
+        for (name, why) in &nodes.missing {
+            if !self.not_confirming.contains(name) {
+                report.degraded(format_args!(
+                    "a Redlock master stopped confirming renewals of {key}: {why}; the lock is \
+                     renewed on {}",
+                    nodes.tally
+                ));
+                self.not_confirming.push(name.clone());
+            }
+        }
+        for name in &nodes.confirmed {
+            if let Some(i) = self.not_confirming.iter().position(|n| n == name) {
+                report.recovered(format_args!(
+                    "Redlock master {name} confirms renewals of {key} again; the lock is \
+                     renewed on {}",
+                    nodes.tally
+                ));
+                self.not_confirming.remove(i);
             }
         }
     }

@@ -100,8 +100,12 @@ pub(super) fn tell(
 }
 
 /// ` by web1 pid 42`, or ` by web1 (pid 42 finished at T, kept until T' by --hold-at-least)`
-/// once its command finished; empty when the holder is not known.
+/// once its command finished; ` shared by 2 runs` for `--shared` holders; empty when the
+/// holder is not known.
 fn by(holder: &Holder) -> String {
+    if holder.shared > 0 {
+        return format!(" {}", shared_by(holder));
+    }
     match (&holder.host, holder.pid, &holder.kept) {
         (Some(host), pid, Some(kept)) => format!(" by {host} ({})", kept.describe(pid)),
         (Some(host), Some(pid), None) => format!(" by {host} pid {pid}"),
@@ -116,8 +120,8 @@ pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wai
             holder.paused.as_ref().map(paused_text).unwrap_or_default(),
             place(holder)
         ),
+        _ if holder.shared > 0 => format!(" (held{}{})", by(holder), place(holder)),
         (Some(_), Some(_)) => format!(" (held{}{})", by(holder), place(holder)),
-        _ if holder.shared > 0 => format!(" (held {}{})", shared_by(holder), place(holder)),
         _ if holder.place > 0 => format!(" ({})", &place(holder)[2..]),
         _ => String::new(),
     };
@@ -131,10 +135,29 @@ pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wai
     )
 }
 
-/// `shared by 2 runs` (`--shared` holders keep the lock from an exclusive run).
+/// `shared by 2 runs` (`--shared` holders keep the lock from an exclusive run); once the
+/// command of every one finished and `--hold-at-least` keeps the shares, that too: `shared by
+/// 1 run (web1 pid 42 finished at T, kept until T' by --hold-at-least)`.
 fn shared_by(holder: &Holder) -> String {
     let n = holder.shared;
-    format!("shared by {n} run{}", if n == 1 { "" } else { "s" })
+    let runs = format!("shared by {n} run{}", if n == 1 { "" } else { "s" });
+    match (&holder.kept, &holder.host) {
+        (Some(kept), Some(host)) if n == 1 => {
+            format!("{runs} ({host} {})", kept.describe(holder.pid))
+        }
+        (Some(kept), _) => format!(
+            "{runs} (their commands finished, the last at {}; kept until {} by \
+             --hold-at-least)",
+            rfc3339(kept.finished_ms),
+            rfc3339(kept.until_ms)
+        ),
+        (None, _) => runs,
+    }
+}
+
+/// A time on the server's clock (ms since the epoch), to the second.
+fn rfc3339(ms: u64) -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
 }
 
 /// `, 2nd of 3 in line` when queued.
@@ -172,9 +195,6 @@ pub(super) fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> St
         );
     }
     let mut who = by(holder);
-    if who.is_empty() && holder.shared > 0 {
-        who.push_str(&format!(" {}", shared_by(holder)));
-    }
     if let Some(ms) = holder.acquired_ms {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
         who.push_str(&format!(" since {}", humantime::format_rfc3339_seconds(at)));
@@ -228,8 +248,8 @@ pub(super) fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
             Wait::For(d) if !d.is_zero() => format!(" (after waiting {})", show(d)),
             _ => String::new(),
         };
-        let held = match (&holder.host, holder.pid) {
-            (Some(host), Some(pid)) if !holder.free => format!(", and held by {host} pid {pid}"),
+        let held = match by(holder) {
+            who if !holder.free && !who.is_empty() => format!(", and held{who}"),
             _ => String::new(),
         };
         return format!(
@@ -244,10 +264,7 @@ pub(super) fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
             waiters(ahead(holder))
         );
     }
-    let mut who = by(holder);
-    if who.is_empty() && holder.shared > 0 {
-        who = format!(" {}", shared_by(holder));
-    }
+    let who = by(holder);
     let ttl = match holder.ttl_ms {
         Some(ms) => format!(", {} left", show_ms(Duration::from_millis(ms))),
         None => ", and the key has no TTL (it will never expire by itself)".to_owned(),
@@ -382,6 +399,48 @@ mod tests {
             "lock k is held by web1 (pid 42 finished at 1970-01-01T00:00:01Z, kept until \
              1970-01-01T00:01:00Z by --hold-at-least) since 1970-01-01T00:00:00Z (free in 20s); \
              waiting with no limit"
+        );
+    }
+
+    #[test]
+    fn shared_holders_kept_by_hold_at_least_are_not_named_as_running() {
+        let kept = crate::lock::Kept {
+            finished_ms: 1_000,
+            until_ms: 60_000,
+        };
+        let one = Holder {
+            ttl_ms: Some(20_000),
+            host: Some("web1".into()),
+            pid: Some(42),
+            kept: Some(kept),
+            shared: 1,
+            ..Holder::default()
+        };
+        assert_eq!(
+            busy_message("k", &one, Wait::For(Duration::ZERO)),
+            "lock k is busy: held shared by 1 run (web1 pid 42 finished at \
+             1970-01-01T00:00:01Z, kept until 1970-01-01T00:01:00Z by --hold-at-least), 20s left"
+        );
+        let two = Holder {
+            host: None,
+            pid: None,
+            shared: 2,
+            ..one.clone()
+        };
+        assert_eq!(
+            wait_started_message("k", &two, Wait::Forever),
+            "lock k is held shared by 2 runs (their commands finished, the last at \
+             1970-01-01T00:00:01Z; kept until 1970-01-01T00:01:00Z by --hold-at-least) (free \
+             in 20s); waiting with no limit"
+        );
+        // One that still runs: no end is told.
+        let running = Holder {
+            kept: None,
+            ..one.clone()
+        };
+        assert_eq!(
+            busy_message("k", &running, Wait::For(Duration::ZERO)),
+            "lock k is busy: held shared by 1 run, 20s left"
         );
     }
 }

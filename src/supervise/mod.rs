@@ -210,6 +210,22 @@ impl<L: Lock> Run<'_, L> {
                 );
                 ReleaseResult::Unreachable
             }
+            // The command ran under a valid lease: its exit code stands, as for a release
+            // without --hold-at-least, and the warning says what the bound became.
+            Err(e) if !keep.is_zero() => {
+                report.warn(
+                    "release-failed",
+                    format_args!(
+                        "could not release {} ({e}), so the --hold-at-least bound ({} more) \
+                         may not have been written: the lock then expires by its --ttl \
+                         instead, within {}",
+                        lock.name(),
+                        show_ms(keep),
+                        show(cfg.ttl)
+                    ),
+                );
+                ReleaseResult::Unreachable
+            }
             Err(e) => {
                 report.warn(
                     "release-failed",

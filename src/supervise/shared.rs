@@ -44,6 +44,8 @@ pub(super) struct Held {
     /// earlier than the server's SET.
     pub(super) acquired: Stamp,
     pub(super) waited: Duration,
+    /// The servers that did not grant (Redlock), by name: told already, or never held it.
+    pub(super) absent: Vec<String>,
 }
 
 /// Await `request` (a call to Redis) while `work` runs: the request goes out first, so

@@ -327,6 +327,46 @@ fn hold_at_least_keeps_a_quick_job_locked_then_frees_it() {
         .expect_code(0);
 }
 
+/// `--hold-at-least` whose release cannot reach Redis (the server paused as the command
+/// ends): the bound is not written, and the lock expires by its --ttl instead (here before
+/// the bound). A warning says so, naming --hold-at-least and the ttl; the command ran under
+/// a valid lease, so its exit code stands, as for any release that cannot reach Redis.
+#[test]
+fn hold_at_least_whose_release_cannot_reach_redis_says_the_bound_was_not_kept() {
+    let redis = RedisServer::start();
+    let cli = redis_cli_bin();
+    let pause = format!(
+        "'{}' -p {} CLIENT PAUSE 3000 ALL >/dev/null",
+        cli.to_string_lossy(),
+        redis.port()
+    );
+    let out = Wrapper::on(&redis, "cron")
+        .args([
+            "--hold-at-least",
+            "60s",
+            "--ttl",
+            "10s",
+            "--connect-timeout",
+            "1s",
+        ])
+        .sh(&pause)
+        .run();
+    out.expect_code(0);
+    let line = out.expect_one_line();
+    for needle in [
+        "could not release redlock:cron",
+        "--hold-at-least",
+        "--ttl",
+        "10s",
+    ] {
+        assert!(line.contains(needle), "{needle:?} missing\n{out}");
+    }
+    // The bound was indeed not written: the lock expires by its ttl (answered once the
+    // pause ends).
+    let pttl = redis.pttl("redlock:cron");
+    assert!(pttl <= 10_000, "kept past its ttl (PTTL {pttl})\n{out}");
+}
+
 /// stderr a pipe nobody reads (a stalled log shipper), `-v` printing on every renewal, and
 /// renewals that fail (Redis frozen): the wrapper must still stop the command before the
 /// lease deadline. A supervisor that writes its messages itself blocks in write(2) and

@@ -720,3 +720,116 @@ fn a_waiters_handoff_is_not_held_up_by_a_frozen_node() {
         "the handoff took {handoff:?}, --connect-timeout 5s\n{out}"
     );
 }
+
+/// A master that dies while the command runs (the others still renew the lock) is told once,
+/// by name and without its password, as one that is down at the start is; the run goes on
+/// and ends with the command's code. `-q` silences it.
+#[test]
+fn a_master_that_dies_during_the_run_is_told_once() {
+    let password = "Pw7Kq2Zr";
+    let mut nodes = Nodes::start_with(3, &["--requirepass", password]);
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("redis://:{password}@127.0.0.1:{}", nodes.servers[i].port()))
+        .collect();
+    let down = format!("127.0.0.1:{}", nodes.servers[1].port());
+    for quiet in [false, true] {
+        let dir = scratch();
+        let mut run = Wrapper::new()
+            .args(urls.iter().flat_map(|u| ["--redis", u.as_str()]))
+            .args(["--key", "k", "--ttl", "1s"])
+            .args(if quiet { &["-q"][..] } else { &[][..] })
+            .sh("touch started; i=0; while [ ! -e go ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 9; sleep 0.05; done")
+            .current_dir(dir.path())
+            .spawn();
+        run.wait_for_file(&dir.path().join("started"), secs(20));
+        nodes.servers[1].kill();
+        if !quiet {
+            stderr_until(&run, "a warning naming the dead master", |e| {
+                e.lines()
+                    .any(|l| l.contains(&down) && l.contains("renewal"))
+            });
+        }
+        // A few renewals more (without that node): still one warning, or none with -q.
+        renewals_seen(&run, &nodes.servers[0], 3);
+        fs::write(dir.path().join("go"), "").unwrap();
+        let out = run.wait(secs(30));
+        out.expect_code(0);
+        assert!(!out.stderr.contains("Kq2"), "password shown\n{out}");
+        let told: Vec<&str> = out
+            .stderr_lines()
+            .into_iter()
+            .filter(|l| l.contains(&down))
+            .collect();
+        if quiet {
+            assert!(told.is_empty(), "-q: told anyway\n{out}");
+        } else {
+            assert_eq!(told.len(), 1, "told {} times\n{out}", told.len());
+            assert!(told[0].contains("2 of 3"), "{out}");
+        }
+        nodes.servers[1].restart();
+    }
+}
+
+/// A master that stops answering renewals for a while (frozen), then answers them again
+/// with the lock still on it: told when it stops, and once when it is back.
+#[test]
+fn a_master_that_answers_renewals_again_is_told_once_back() {
+    let nodes = Nodes::start(3);
+    let dir = scratch();
+    let down = format!("127.0.0.1:{}", nodes.servers[2].port());
+    // A ttl long enough for the frozen node's key to outlive the wait for the warning (a
+    // renewal due a third of the ttl after the last, unanswered for a quarter): about 4 s
+    // to spare.
+    let mut run = nodes
+        .wrapper("k")
+        .args(["--ttl", "10s", "-v"])
+        .sh("touch started; i=0; while [ ! -e go ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 9; sleep 0.05; done")
+        .current_dir(dir.path())
+        .spawn();
+    run.wait_for_file(&dir.path().join("started"), secs(20));
+    nodes.servers[2].pause();
+    stderr_until(&run, "a warning naming the frozen master", |e| {
+        e.lines().any(|l| l.contains(&down))
+    });
+    nodes.servers[2].resume();
+    stderr_until(&run, "the master told back", |e| {
+        e.lines().filter(|l| l.contains(&down)).count() >= 2
+    });
+    let before = run.stderr_so_far().matches("renewed redlock:k").count();
+    stderr_until(&run, "2 renewals more", |e| {
+        e.matches("renewed redlock:k").count() >= before + 2
+    });
+    fs::write(dir.path().join("go"), "").unwrap();
+    let out = run.wait(secs(30));
+    out.expect_code(0);
+    let told: Vec<&str> = out
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains(&down))
+        .collect();
+    assert_eq!(told.len(), 2, "{out}");
+    assert!(told[1].contains("again"), "{out}");
+}
+
+/// Waits (at most 30 s) until `server` has seen `n` renewals of `KEY` (its PTTL goes up).
+fn renewals_seen(run: &Running, server: &RedisServer, n: usize) {
+    let mut last = server.pttl(KEY);
+    let mut seen = 0;
+    if !poll_until(secs(30), || {
+        let now = server.pttl(KEY);
+        if now > last {
+            seen += 1;
+        }
+        last = now;
+        seen >= n
+    }) {
+        panic!("timed out waiting for {n} renewals\n{}", run.describe());
+    }
+}
+
+/// Waits (at most 30 s) until the wrapper's stderr so far satisfies `cond`.
+fn stderr_until(run: &Running, what: &str, cond: impl Fn(&str) -> bool) {
+    if !poll_until(secs(30), || cond(&run.stderr_so_far())) {
+        panic!("timed out waiting for: {what}\n{}", run.describe());
+    }
+}

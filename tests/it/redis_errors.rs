@@ -458,3 +458,75 @@ fn script_flush_during_a_run_falls_back_to_eval_not_script_load() {
     );
     assert!(!redis.exists("redlock:k"), "released\n{out}");
 }
+
+/// A key of another client where the lock, its `--shared` holders or its `--limit` holders
+/// go: whatever the run's options, one line that names the key and says it is not a
+/// redlock-run lock, exit 69 (a key of another type), never a limit mismatch (78: only for a
+/// lock this tool made with another --limit or kind), never Redis's raw WRONGTYPE, no phrase
+/// twice; the key is left as it was and the command does not run.
+#[test]
+fn a_foreign_key_where_the_lock_keeps_its_own_is_named_not_taken_for_a_limit_mismatch() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let no_options: &[&str] = &[];
+    let runs: [&[&str]; 3] = [no_options, &["--limit", "2"], &["--shared"]];
+    // (key given with ZADD or SET, how, which runs are refused: a key the run never reads
+    // is not its concern).
+    let cases: [(&str, &str, &[usize]); 5] = [
+        ("redlock:k", "ZADD", &[0, 1, 2]),
+        ("redlock:k", "SET", &[1]),
+        ("{redlock:k}:shared", "ZADD", &[1]),
+        ("{redlock:k}:holders", "ZADD", &[1, 2]),
+        ("{redlock:k}:fence", "ZADD", &[0, 1, 2]),
+    ];
+    for (key, how, refused) in cases {
+        for (i, args) in runs.iter().enumerate() {
+            if !refused.contains(&i) {
+                continue;
+            }
+            redis.cli(&["FLUSHALL"]);
+            match how {
+                "ZADD" => redis.cli(&["ZADD", key, "1", "x"]),
+                _ => redis.cli(&["SET", key, "x"]),
+            };
+            let out = Wrapper::on(&redis, "k")
+                .args(*args)
+                .args(["-c", "touch marker"])
+                .current_dir(dir.path())
+                .run();
+            let what = format!("{how} {key}, run with {args:?}");
+            assert_eq!(out.code(), Some(69), "{what}: exit code\n{out}");
+            let line = out.expect_one_line();
+            assert!(line.contains(key), "{what}: the key is not named\n{out}");
+            assert!(
+                line.contains("is not a redlock-run lock"),
+                "{what}: not said to be foreign\n{out}"
+            );
+            assert!(line.contains("--prefix"), "{what}: no hint\n{out}");
+            assert!(!line.contains("WRONGTYPE"), "{what}: raw error\n{out}");
+            assert!(
+                !line.contains("--limit 2"),
+                "{what}: a limit mismatch\n{out}"
+            );
+            for phrase in [
+                "refusing to touch it",
+                "not a redlock-run lock",
+                "nothing was changed",
+            ] {
+                assert!(
+                    line.matches(phrase).count() <= 1,
+                    "{what}: {phrase:?} said twice\n{out}"
+                );
+            }
+            assert!(!dir.path().join("marker").exists(), "{what}: ran\n{out}");
+            let kind = redis.cli(&["TYPE", key]);
+            assert_eq!(
+                kind,
+                if how == "ZADD" { "zset" } else { "string" },
+                "{what}"
+            );
+            assert_eq!(redis.pttl(key), -1, "{what}: the key got a TTL");
+            assert_eq!(redis.dbsize(), 1, "{what}: keys written beside it\n{out}");
+        }
+    }
+}

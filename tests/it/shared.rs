@@ -310,7 +310,9 @@ fn hold_at_least_keeps_a_share() {
     w().args(["--shared"]).sh("true").run().expect_code(0);
     let busy = w().sh("true").run();
     busy.expect_code(75);
-    busy.expect_stderr_contains("held shared by 1 run,");
+    // Its command finished: said so, not as a run that renews its lease.
+    busy.expect_stderr_contains("held shared by 1 run (");
+    busy.expect_stderr_contains("kept until");
     w().args(["--wait", "60s"]).sh("true").run().expect_code(0);
     assert_eq!(shared_holders(&status(w())), 0);
 }
@@ -622,5 +624,66 @@ fn shared_and_exclusive_while_the_slot_moves_key_by_key() {
     assert!(
         !dir.path().join("breach").exists(),
         "an exclusive holder beside another holder"
+    );
+}
+
+/// `--hold-at-least` on a lock whose command has finished: whoever waits for it, and
+/// `status`, say that the command finished and until when the lock is kept, never name its
+/// exited pid as if it still ran and renewed. A shared holder kept so (exclusive runs wait
+/// for it), an exclusive holder kept so (shared runs wait for it), as for the mutex.
+#[test]
+fn a_hold_kept_by_hold_at_least_is_told_as_finished_to_both_kinds() {
+    let redis = RedisServer::start();
+    let w = |key: &str| Wrapper::on(&redis, key);
+    let kept = |text: &str, what: &str| {
+        for needle in [" finished at ", ", kept until ", " by --hold-at-least"] {
+            assert!(
+                text.contains(needle),
+                "{what}: {needle:?} missing in\n{text}"
+            );
+        }
+    };
+
+    // A shared holder kept: status (text and JSON), an exclusive run's busy message and its
+    // wait's first line.
+    w("s")
+        .args(["--shared", "--hold-at-least", "60s"])
+        .sh("true")
+        .run()
+        .expect_code(0);
+    let text = w("s").arg("status").run();
+    text.expect_code(0);
+    kept(&text.stdout, "status of a kept share");
+    let s = status(w("s"));
+    assert_eq!(shared_holders(&s), 1, "{s}");
+    let share = &s["shared_holders"][0];
+    assert!(share["finished_ms"].is_u64(), "{s}");
+    assert!(share["kept_until_ms"].is_u64(), "{s}");
+    let busy = w("s").sh("true").run();
+    busy.expect_code(75);
+    kept(
+        busy.expect_one_line(),
+        "exclusive run, busy on a kept share",
+    );
+    let waited = w("s").args(["--wait", "1s", "-v"]).sh("true").run();
+    waited.expect_code(75);
+    waited.expect_stderr_contains("free in ");
+    assert!(
+        !waited.stderr.contains("renews its lease"),
+        "a kept share is told as renewed\n{waited}"
+    );
+    kept(&waited.stderr, "exclusive run, waiting on a kept share");
+
+    // An exclusive holder kept: a shared run's busy message.
+    w("x")
+        .args(["--hold-at-least", "60s"])
+        .sh("true")
+        .run()
+        .expect_code(0);
+    let busy = w("x").arg("--shared").sh("true").run();
+    busy.expect_code(75);
+    kept(
+        busy.expect_one_line(),
+        "shared run, busy on a kept exclusive holder",
     );
 }

@@ -98,8 +98,15 @@ impl Mutex {
             &k.queue_expiry,
         ];
         ScriptCall::new(&ACQUIRE, &k.lock, &names, acquire_args(token, ttl, holder))
-            // The pause key and the note; then --shared's set of shared holders (acquire.lua).
-            .then(vec![k.pause.clone(), holder.note.clone(), k.shared.clone()])
+            // The pause key and the note; then --shared's set of shared holders, the limit key
+            // and the holders hash (acquire.lua).
+            .then(vec![
+                k.pause.clone(),
+                holder.note.clone(),
+                k.shared.clone(),
+                k.limit.clone(),
+                k.holders.clone(),
+            ])
             .needing_moved(&[
                 &k.fence,
                 &k.holder,

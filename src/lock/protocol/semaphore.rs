@@ -69,8 +69,14 @@ impl Semaphore {
         args.push(self.limit.to_string());
         ScriptCall::new(&ACQUIRE, &k.lock, &names, args)
             // The pause key (after the limit): busy while paused; the note; the shared
-            // holders' set: a lock held with --shared is refused (ARGV[18]).
-            .then(vec![k.pause.clone(), holder.note.clone(), k.shared.clone()])
+            // holders' set: a lock held with --shared is refused (ARGV[18]); the mutex's
+            // holder hash: a string at the lock is a lock held without --limit only with it.
+            .then(vec![
+                k.pause.clone(),
+                holder.note.clone(),
+                k.shared.clone(),
+                k.holder.clone(),
+            ])
             // The shared set too: on the node a migrating slot goes to, a set still on the
             // node it leaves would look absent, and a --limit run go in beside shared holders.
             .needing_moved(&[&names[..], &[k.pause.as_str(), k.shared.as_str()]].concat())

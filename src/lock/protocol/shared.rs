@@ -79,7 +79,8 @@ impl Shared {
             acquire_args(token, ttl, holder),
         )
         // The pause key and the note (shared/acquire.lua).
-        .then(vec![k.pause.clone(), holder.note.clone()])
+        // The limit key: a sorted set at the lock is a --limit lock only with it (acquire.lua).
+        .then(vec![k.pause.clone(), holder.note.clone(), k.limit.clone()])
         .needing_moved(&[&names[..], &[k.pause.as_str()]].concat())
     }
 
@@ -100,7 +101,7 @@ impl Shared {
         ScriptCall::new(
             &RELEASE,
             &k.shared,
-            &[&k.holders, &k.released, &k.queue, &k.queue_expiry],
+            &[&k.holders, &k.released, &k.queue, &k.queue_expiry, &k.lock],
             vec![token.to_owned(), millis(keep).to_string()],
         )
         .creating()

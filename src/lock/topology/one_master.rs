@@ -184,6 +184,7 @@ impl<R: Route> OneMaster<R> {
                     fence,
                     counted_from,
                     degraded: None,
+                    absent: Vec::new(),
                 }))
             }
             Some(AcquireReply::Busy(holder)) => Ok(Attempt::Busy(holder)),
@@ -240,7 +241,10 @@ impl<R: Route> Lock for OneMaster<R> {
         match mutex::parse_renew(&answered.reply.value) {
             Some(RenewReply::Renewed) => {
                 self.check_acks(&answered)?;
-                Ok(Renewal::Renewed { counted_from })
+                Ok(Renewal::Renewed {
+                    counted_from,
+                    nodes: None,
+                })
             }
             Some(RenewReply::Lost(broken)) => Ok(Renewal::Lost(broken)),
             None => Err(unexpected(&answered, "the renewal")),

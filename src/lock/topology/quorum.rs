@@ -54,7 +54,7 @@ use crate::lock::protocol::operator;
 use crate::lock::protocol::{ScriptCall, hold, record, status};
 use crate::lock::target::{QuorumNodes, Target};
 use crate::lock::{
-    Attempt, BreakOutcome, FailureKind, Finished, Grant, HoldChange, HoldRecord, Holder,
+    Attempt, BreakOutcome, Confirmed, FailureKind, Finished, Grant, HoldChange, HoldRecord, Holder,
     HolderInfo, ListQuery, Listed, Listing, Lock, NodeStatus, RedisFailure, ReleaseNotices,
     Released, Renewal, Status, Token,
 };
@@ -582,6 +582,13 @@ impl Lock for Quorum {
                     fence,
                     counted_from,
                     degraded: self.degraded(fences.len(), &failures),
+                    absent: self
+                        .nodes
+                        .iter()
+                        .zip(&votes)
+                        .filter(|(_, v)| !matches!(v, Vote::Granted(_)))
+                        .map(|(node, _)| node.shown().to_owned())
+                        .collect(),
                 }));
             }
             if raised < self.quorum {
@@ -634,19 +641,37 @@ impl Lock for Quorum {
         .await;
         let (mut renewed, mut lost, mut failures) = (0, 0, Vec::new());
         let mut broken = None;
+        let mut nodes = Confirmed::default();
         for (node, reply) in self.nodes.iter().zip(replies) {
+            let shown = node.shown().to_owned();
             match reply.map(|r| (mutex::parse_renew(&r.value), r.value)) {
-                Ok((Some(RenewReply::Renewed), _)) => renewed += 1,
+                Ok((Some(RenewReply::Renewed), _)) => {
+                    renewed += 1;
+                    nodes.confirmed.push(shown);
+                }
                 Ok((Some(RenewReply::Lost(b)), _)) => {
                     lost += 1;
                     broken = broken.or(b);
+                    let why = format!("Redis at {shown} no longer holds the lock");
+                    nodes.missing.push((shown, why));
                 }
-                Ok((None, value)) => failures.push(unexpected(node, "the renewal", &value)),
-                Err(e) => failures.push(e),
+                Ok((None, value)) => {
+                    let e = unexpected(node, "the renewal", &value);
+                    nodes.missing.push((shown, e.to_string()));
+                    failures.push(e);
+                }
+                Err(e) => {
+                    nodes.missing.push((shown, e.to_string()));
+                    failures.push(e);
+                }
             }
         }
         if renewed >= self.quorum {
-            Ok(Renewal::Renewed { counted_from })
+            nodes.tally = format!("{renewed} of {} masters ({} needed)", self.n(), self.quorum);
+            Ok(Renewal::Renewed {
+                counted_from,
+                nodes: Some(nodes),
+            })
         } else if lost > self.n() - self.quorum {
             // So many nodes lost the token that a quorum can never confirm it again.
             Ok(Renewal::Lost(broken))

@@ -7,14 +7,18 @@
 -- ttl ms, fence counter ttl ms, host, pid, command, waiter id ('' = does not wait: never
 -- queues), how long a waiter's place is kept without a new attempt (ms); then the pause key
 -- and the holder's note ('' = none); then the shared holders' set (--shared,
--- shared/acquire.lua: while it has a live lease, the lock is busy).
+-- shared/acquire.lua: while it has a live lease, the lock is busy), the limit key and the
+-- holders hash (read to tell a lock of another kind from somebody else's key, and who the
+-- shared holders are).
 -- Returns {1, fence} when acquired; {0, pttl, host, pid, acquired_ms, queued, place,
 -- finished_ms, kept_until_ms, pause reason, pause host, pause until_ms, shared} when busy
 -- (pttl -2: the lock is free but waiters come first; queued: waiters in the queue; place:
 -- this waiter's place in it, 1 = next, 0 = not queued; finished_ms and kept_until_ms ''
 -- unless the holder's command finished and --hold-at-least keeps the lock; the pause's
 -- fields '' unless the lock is paused; shared: how many shared holders keep it, pttl then
--- being the time left on the longest of their leases); {2} for an attempt that was
+-- being the time left on the longest of their leases, host, pid and acquired_ms those of
+-- the one holder when there is one, finished_ms and kept_until_ms set when the command of
+-- every one of them finished and --hold-at-least keeps its share); {2} for an attempt that was
 -- cancelled (its reply has no reader); TRYAGAIN when keys it needs are out of reach
 -- (reach.lua).
 -- Every check that can fail runs before the first write: a script that errors half-way
@@ -32,6 +36,7 @@ local waiter, keep = ARGV[12], tonumber(ARGV[13])
 local pause, note = ARGV[14] or '', ARGV[15] or ''
 -- --shared: the set of shared holders (shared/acquire.lua).
 local shared = ARGV[16] or ''
+local limit_key, holders = ARGV[17], ARGV[18]
 
 -- The usual case costs one command for all of them (reach.lua): none of them exists, and
 -- every key is in reach. Then no check on them is needed, no queue can hold anyone and no
@@ -58,15 +63,21 @@ if not none_queued and here(cancelled) and redis.call('SISMEMBER', cancelled, to
 end
 
 if kind == 'zset' then
+  local limited = limit_recorded(limit_key)
+  if limited == nil then
+    return split()
+  elseif not limited then
+    return not_a_limit_lock(lock, limit_key)
+  end
   -- LIMITMISMATCH: a configuration error, told apart from a Redis failure (lock/error.rs).
   return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
     ' is used with --limit elsewhere and this run has none; give every user of a lock the' ..
     ' same --limit (nothing was changed)')
 elseif kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
+  return not_a_lock(lock, lock, 'holds ' .. kind_words(kind))
 end
 if not none_queued then
-  local bad_queue = check_kinds('zset', {queue, expiry})
+  local bad_queue = check_kinds(lock, 'zset', {queue, expiry})
   if bad_queue then
     return bad_queue
   end
@@ -75,7 +86,7 @@ end
 local last
 if here(fence_key) then
   local bad_fence
-  last, bad_fence = last_fence(fence_key)
+  last, bad_fence = last_fence(lock, fence_key)
   if bad_fence then
     return bad_fence
   end
@@ -97,6 +108,39 @@ local paused
 
 -- --shared: ms left on the longest shared lease, when shared holders keep the lock.
 local shared_left
+
+-- --shared: what is known of the `n` shared holders that keep the lock: host, pid and
+-- acquired_ms of the one when there is one; the latest finish and the latest end when the
+-- command of every one finished and --hold-at-least keeps its share (shared/release.lua
+-- notes `TOKEN:kept` beside its info); '' for what is not known. A holder that still runs
+-- renews its lease: then nobody can tell when the lock is free. (The holders hash, where in
+-- reach, is a hash: checked before shared_left was set.)
+local function shared_known(n)
+  local host, pid, since, finished, kept_until = '', '', '', '', ''
+  if n > 100 or not here(holders) then
+    return host, pid, since, finished, kept_until
+  end
+  local live = redis.call('ZRANGEBYSCORE', shared, '(' .. now_ms, '+inf')
+  if #live == 1 then
+    local info = redis.call('HGET', holders, live[1])
+    if info then
+      host, pid, since = string.match(info, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t')
+    end
+  end
+  local last_finish, last_end = 0, 0
+  for _, member in ipairs(live) do
+    local f, u = string.match(redis.call('HGET', holders, member .. ':kept') or '',
+      '^(%d+)\t(%d+)$')
+    if not f then
+      return host or '', pid or '', since or '', '', ''
+    end
+    last_finish, last_end = math.max(last_finish, tonumber(f)), math.max(last_end, tonumber(u))
+  end
+  if #live > 0 then
+    finished, kept_until = string.format('%.0f', last_finish), string.format('%.0f', last_end)
+  end
+  return host or '', pid or '', since or '', finished, kept_until
+end
 -- Join the queue, or keep our place in it, and say who holds the lock and where we stand.
 local function busy()
   local place = 0
@@ -125,6 +169,7 @@ local function busy()
   local pttl, shared_n = redis.call('PTTL', lock), 0
   if shared_left then
     pttl, shared_n = shared_left, redis.call('ZCOUNT', shared, '(' .. now_ms, '+inf')
+    host, pid, since, finished, kept_until = shared_known(shared_n)
   end
   local reply = {0, pttl, host, pid, since, queued, place, finished, kept_until, '', '', '',
     shared_n}
@@ -148,12 +193,21 @@ if kind == 'none' and not none_queued then
   if not here(shared) then
     return split()
   end
-  local bad_shared = check_kinds('zset', {shared})
+  local bad_shared = check_kinds(lock, 'zset', {shared})
   if bad_shared then
     return bad_shared
   end
   local longest = redis.call('ZRANGE', shared, -1, -1, 'WITHSCORES')[2]
   if longest and tonumber(longest) > now_ms then
+    -- Live leases that no --shared run took (somebody else's set) would keep the lock
+    -- busy forever.
+    local bad_holders = check_kinds(lock, 'hash', {holders})
+    if bad_holders then
+      return bad_holders
+    end
+    if not shared_ours(shared, holders) then
+      return not_shared_holders(lock, shared, holders)
+    end
     shared_left = math.ceil(tonumber(longest) - now_ms)
     return busy()
   end

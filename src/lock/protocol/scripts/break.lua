@@ -41,7 +41,7 @@ for _, key in ipairs({fence_key, broken, last_run, holds}) do
     return split()
   end
 end
-local last, bad_fence = last_fence(fence_key)
+local last, bad_fence = last_fence(lock, fence_key)
 if bad_fence then
   return bad_fence
 end
@@ -80,7 +80,7 @@ elseif kind == 'zset' then
     end
   end
 else
-  return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
+  return not_a_lock(lock, lock, 'holds ' .. kind_words(kind))
 end
 
 local fence_str, end_of_range = next_fence(fence_key, last, now_us)
@@ -103,7 +103,7 @@ end
 redis.call('SET', fence_key, fence_str, 'PX', fence_keep)
 
 -- The broken mark: one field per token, all kept for broken_keep after the latest break.
-local bad_mark = check_kinds('hash', {broken})
+local bad_mark = check_kinds(lock, 'hash', {broken})
 if not bad_mark then
   redis.call('HSET', broken, token, by .. '\t' .. string.format('%.0f', now_ms))
   redis.call('PEXPIRE', broken, broken_keep)

@@ -11,7 +11,7 @@ local waiter, keep = ARGV[3], tonumber(ARGV[4])
 if not queue_here(queue, expiry) then
   return split()
 end
-local bad_queue = check_kinds('zset', {queue, expiry})
+local bad_queue = check_kinds(lock, 'zset', {queue, expiry})
 if bad_queue then
   return bad_queue
 end

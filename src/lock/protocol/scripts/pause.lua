@@ -9,7 +9,7 @@ local reason, by, length = ARGV[2], ARGV[3], tonumber(ARGV[4])
 if not here(pause) then
   return split()
 end
-local bad = check_kinds('hash', {pause})
+local bad = check_kinds(KEYS[1], 'hash', {pause})
 if bad then
   return bad
 end

@@ -1,14 +1,49 @@
 -- Shared by both acquire scripts (the mutex's and the semaphore's), prepended to each when
 -- it is built, after reach.lua (protocol/mod.rs): a script cannot call another one.
 
--- An error reply if a key this node reaches holds something other than `want`.
-local function check_kinds(want, keys)
+-- The refusal (not_a_lock, reach.lua) if a key this node reaches holds something other than
+-- `want`; nil if none does.
+local function check_kinds(lock, want, keys)
   for _, key in ipairs(keys) do
     local k = type_here(key)
     if k and k ~= 'none' and k ~= want then
-      return redis.error_reply('WRONGTYPE the key ' .. key .. ' holds a ' .. k .. ', not a ' .. want)
+      return not_a_lock(lock, key, 'holds ' .. kind_words(k) .. ', where redlock-run keeps ' ..
+        kind_words(want))
     end
   end
+end
+
+-- A sorted set at the lock key is a --limit lock of redlock-run's only with the limit
+-- recorded beside it (semaphore/acquire.lua keeps it for as long as the set): true if so,
+-- false if not (somebody else's set), nil where the limit key is out of reach (a migration).
+local function limit_recorded(limit_key)
+  if not here(limit_key) then
+    return nil
+  end
+  return type_here(limit_key) == 'string' and tonumber(redis.call('GET', limit_key)) ~= nil
+end
+
+-- The refusal of a sorted set at the lock key without a recorded limit (limit_recorded).
+local function not_a_limit_lock(lock, limit_key)
+  return not_a_lock(lock, lock, 'holds a sorted set without the limit that --limit runs ' ..
+    'record beside theirs (' .. limit_key .. ')')
+end
+
+-- Whether the --shared holders' set `shared` (which exists) was written by redlock-run: its
+-- member whose lease ends last has its info in `holders` (the scripts write and remove both
+-- together). Assumed so where `holders` is out of reach (a migration).
+local function shared_ours(shared, holders)
+  local last = redis.call('ZRANGE', shared, -1, -1)[1]
+  if not last or not here(holders) then
+    return true
+  end
+  return type_here(holders) == 'hash' and redis.call('HEXISTS', holders, last) == 1
+end
+
+-- The refusal of a --shared holders' set that shared_ours says is somebody else's.
+local function not_shared_holders(lock, shared, holders)
+  return not_a_lock(lock, shared, 'holds members without the holder info that --shared ' ..
+    'runs keep in ' .. holders)
 end
 
 -- Whether this node reaches both keys of the queue: a waiter is queued, and the queue read,
@@ -25,14 +60,23 @@ local FENCE_MAX = 9007199254740991
 
 -- The fence counter's value (0 if none), or nil and an error reply. Anything but a decimal
 -- integer up to FENCE_MAX is refused before any write.
-local function last_fence(fence_key)
-  local last = redis.call('GET', fence_key)
+local function last_fence(lock, fence_key)
+  local last = redis.pcall('GET', fence_key)
+  if type(last) == 'table' then
+    local k = type_here(fence_key)
+    if k == 'string' then
+      -- Not a type error (no permission for GET?): stop as redis.call would.
+      redis.call('GET', fence_key)
+    end
+    return nil, not_a_lock(lock, fence_key, 'holds ' .. kind_words(k) ..
+      ', where redlock-run keeps a fence (a decimal integer)')
+  end
   if not last then
     return 0
   end
   if not string.match(last, '^%d+$') or #last > 16 or tonumber(last) > FENCE_MAX then
-    return nil, redis.error_reply('WRONGTYPE the fence key ' .. fence_key ..
-      ' does not hold a fence (a decimal integer up to 2^53 - 1)')
+    return nil, not_a_lock(lock, fence_key,
+      'holds no fence (a decimal integer up to 2^53 - 1)')
   end
   return tonumber(last)
 end

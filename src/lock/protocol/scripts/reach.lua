@@ -81,3 +81,20 @@ end
 local function split()
   return redis.error_reply('TRYAGAIN the keys of this lock are being migrated between nodes')
 end
+
+-- TYPE's name for a kind of value, in words.
+local function kind_words(kind)
+  local words = {string = 'a string', hash = 'a hash', list = 'a list', set = 'a set',
+    zset = 'a sorted set', stream = 'a stream'}
+  return words[kind] or ('a ' .. kind)
+end
+
+-- The refusal of a lock one of whose keys (`key`; the lock's own key itself, or a companion)
+-- holds what redlock-run never writes there: another client's key, or --key / --prefix naming
+-- the wrong one. Given before any write; `what` says what the key holds. One sentence that
+-- error.rs passes on as it is (exit 69, as any key of another type).
+local function not_a_lock(lock, key, what)
+  local which = key == lock and 'it' or ('its key ' .. key)
+  return redis.error_reply('WRONGTYPE ' .. lock .. ' is not a redlock-run lock: ' .. which ..
+    ' ' .. what)
+end

@@ -7,8 +7,9 @@
 -- ARGV: fence counter, holders (hash token -> info), cancelled tokens, queue, queue expiry,
 -- limit (the LIMIT every holder of this lock uses); then token, ttl ms, fence counter ttl ms,
 -- host, pid, command, waiter id ('' = does not wait), how long a waiter's place is kept (ms),
--- limit; then the pause key, the holder's note, and the shared holders' set of --shared runs
--- (refused: a lock is shared or limited).
+-- limit; then the pause key, the holder's note, the shared holders' set of --shared runs
+-- (refused: a lock is shared or limited), and the mutex's holder hash (read only to tell a
+-- lock held without --limit from somebody else's string).
 -- Returns as the mutex's acquire.lua: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
 -- place, finished_ms, kept_until_ms} with the holder whose lease ends first (pttl -2: a permit is free but waiters come
 -- first); {2} for a cancelled attempt; TRYAGAIN (reach.lua).
@@ -36,15 +37,26 @@ if here(cancelled) and redis.call('SISMEMBER', cancelled, token) == 1 then
 end
 
 if kind == 'string' then
+  -- A mutex holder of redlock-run's has its holder info beside the lock (acquire.lua);
+  -- another client's string (a SET NX lock) has none.
+  local holder = ARGV[19]
+  if not here(holder) then
+    return split()
+  end
+  if type_here(holder) ~= 'hash' or
+      redis.call('HGET', holder, 'token') ~= redis.call('GET', lock) then
+    return not_a_lock(lock, lock, 'holds a string without the holder info that redlock-run ' ..
+      'keeps beside its locks (' .. holder .. '): another client\'s lock')
+  end
   -- LIMITMISMATCH: a configuration error, told apart from a Redis failure (lock/error.rs).
   return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
     ' is held without --limit elsewhere and this run has --limit ' .. ARGV[15] ..
     '; give every user of a lock the same --limit (nothing was changed)')
 elseif kind ~= 'none' and kind ~= 'zset' then
-  return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
+  return not_a_lock(lock, lock, 'holds ' .. kind_words(kind))
 end
-local bad = check_kinds('zset', {queue, expiry}) or check_kinds('hash', {holders})
-  or check_kinds('string', {limit_key})
+local bad = check_kinds(lock, 'zset', {queue, expiry}) or check_kinds(lock, 'hash', {holders})
+  or check_kinds(lock, 'string', {limit_key})
 if bad then
   return bad
 end
@@ -52,6 +64,13 @@ end
 -- --limit runs (shared/acquire.lua refuses the other way round).
 local shared = ARGV[18]
 if here(shared) and redis.call('EXISTS', shared) == 1 then
+  local bad_shared = check_kinds(lock, 'zset', {shared})
+  if bad_shared then
+    return bad_shared
+  end
+  if not shared_ours(shared, holders) then
+    return not_shared_holders(lock, shared, holders)
+  end
   -- LIMITMISMATCH: a configuration error, as a limit mismatch (lock/error.rs).
   return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
     ' is used with --shared; --limit cannot share it: use the same options as its other users')
@@ -62,11 +81,10 @@ if kind == 'zset' then
   if not here(limit_key) then
     return split()
   end
-  local recorded = redis.call('GET', limit_key)
-  if not recorded then
-    return redis.error_reply('WRONGTYPE the lock key ' .. lock ..
-      ' holds a sorted set that is not a redlock-run --limit lock; refusing to touch it')
+  if not limit_recorded(limit_key) then
+    return not_a_limit_lock(lock, limit_key)
   end
+  local recorded = redis.call('GET', limit_key)
   if tonumber(recorded) ~= limit then
     return redis.error_reply('LIMITMISMATCH the lock ' .. lock .. ' is used with --limit ' ..
       recorded .. ' elsewhere and this run has --limit ' .. ARGV[15] ..
@@ -77,7 +95,7 @@ end
 local last
 if here(fence_key) then
   local bad_fence
-  last, bad_fence = last_fence(fence_key)
+  last, bad_fence = last_fence(lock, fence_key)
   if bad_fence then
     return bad_fence
   end
@@ -185,8 +203,7 @@ end
 local latest = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')[2]
 latest = latest and tonumber(latest) or 0
 if latest ~= latest or latest == math.huge or latest == -math.huge then
-  return redis.error_reply('WRONGTYPE the lock ' .. lock ..
-    ' holds a member whose score is no lease end; refusing to touch it')
+  return not_a_lock(lock, lock, 'holds a member whose score is no lease end')
 end
 local left = math.max(math.ceil(math.max(latest, now_ms + ttl) - now_ms), 1)
 if waiter ~= '' then

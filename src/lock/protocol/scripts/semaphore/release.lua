@@ -25,7 +25,8 @@ if not score or tonumber(score) <= now_ms then
 end
 local holders_kind = type_here(holders)
 if holders_kind and holders_kind ~= 'none' and holders_kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE the key ' .. holders .. ' holds a ' .. holders_kind)
+  return not_a_lock(lock, holders, 'holds ' .. kind_words(holders_kind) ..
+    ', where redlock-run keeps a hash')
 end
 write_record(8, ARGV[7])
 if keep > 0 then

@@ -12,11 +12,13 @@
 -- ARGV: lock, fence counter, holder hash (the exclusive holder's), holders (hash: token ->
 -- shared holder's info), cancelled tokens, queue, queue expiry; then token, ttl ms, fence
 -- counter ttl ms, host, pid, command, waiter id ('' = does not wait), how long a waiter's
--- place is kept (ms); then the pause key (`pause`) and the holder's note ('' = none).
+-- place is kept (ms); then the pause key (`pause`), the holder's note ('' = none) and the
+-- limit key (read only to tell a --limit lock from somebody else's sorted set).
 -- Returns acquire.lua's replies: {1, fence}; {0, pttl, host, pid, acquired_ms, queued,
--- place} (the exclusive holder; pttl -2: free, but an exclusive waiter comes first or the
--- lock is paused, the pause's reason, host and end then at 10-12); {2} for a cancelled
--- attempt; TRYAGAIN (reach.lua).
+-- place, finished_ms, kept_until_ms} (the exclusive holder; finished_ms and kept_until_ms
+-- '' unless its command finished and --hold-at-least keeps the lock; pttl -2: free, but an
+-- exclusive waiter comes first or the lock is paused, the pause's reason, host and end then
+-- at 10-12); {2} for a cancelled attempt; TRYAGAIN (reach.lua).
 -- Every check that can fail runs before the first write. A shared hold is only ever taken
 -- where every key of the lock is in reach (not on either node while its slot migrates: the
 -- cluster client tries again, a waiter keeping its place, topology/cluster.rs).
@@ -26,6 +28,7 @@ local lock, fence_key, holder, holders, cancelled, queue, expiry =
 local token, ttl = ARGV[8], tonumber(ARGV[9])
 local waiter, keep = ARGV[14], tonumber(ARGV[15])
 local pause, note = ARGV[16] or '', ARGV[17] or ''
+local limit_key = ARGV[18]
 
 -- The usual case proves in one command that every key is in reach (reach.lua).
 probe({cancelled, queue, expiry})
@@ -41,18 +44,25 @@ end
 
 local kind, value = read_string(lock)
 if kind == 'zset' then
+  local limited = limit_recorded(limit_key)
+  if limited == nil then
+    return split()
+  elseif not limited then
+    return not_a_limit_lock(lock, limit_key)
+  end
   -- LIMITMISMATCH: a configuration error, as a limit mismatch (lock/error.rs).
   return redis.error_reply('LIMITMISMATCH the lock ' .. lock ..
     ' is used with --limit (several holders); --shared cannot share it: use the same ' ..
     'options as its other users')
 elseif kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ', not a lock')
+  return not_a_lock(lock, lock, 'holds ' .. kind_words(kind))
 end
-local bad = check_kinds('zset', {shared, queue, expiry}) or check_kinds('hash', {holders})
+local bad = check_kinds(lock, 'zset', {shared, queue, expiry}) or
+  check_kinds(lock, 'hash', {holders})
 if bad then
   return bad
 end
-local last, bad_fence = last_fence(fence_key)
+local last, bad_fence = last_fence(lock, fence_key)
 if bad_fence then
   return bad_fence
 end
@@ -63,27 +73,42 @@ local ended = redis.call('ZRANGEBYSCORE', shared, '-inf', now_ms, 'LIMIT', 0, 10
 if #ended > 0 then
   redis.call('ZREM', shared, unpack(ended))
   redis.call('HDEL', holders, unpack(ended))
+  -- And what release.lua noted of those kept by --hold-at-least.
+  local kept = {}
+  for i, ended_token in ipairs(ended) do
+    kept[i] = ended_token .. ':kept'
+  end
+  redis.call('HDEL', holders, unpack(kept))
 end
 reap_waiters(queue, expiry, now_ms, 1)
+-- Live leases that no --shared run took (somebody else's set) are neither joined nor
+-- waited for.
+if redis.call('EXISTS', shared) == 1 and not shared_ours(shared, holders) then
+  return not_shared_holders(lock, shared, holders)
+end
 
 local function busy(free)
   local place = 0
   if waiter ~= '' then
     place = keep_place(queue, expiry, waiter, now_us, now_ms, keep)
   end
-  local host, pid, since = '', '', ''
+  -- The exclusive holder, and whether its command finished with --hold-at-least keeping
+  -- the lock (release.lua notes it), as acquire.lua tells it.
+  local host, pid, since, finished, kept_until = '', '', '', '', ''
   if value then
-    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms')
+    local info = redis.pcall('HMGET', holder, 'token', 'host', 'pid', 'acquired_ms',
+      'finished_ms', 'kept_until_ms')
     if type(info) == 'table' and not info.err and info[1] == value then
       host, pid, since = info[2] or '', info[3] or '', info[4] or ''
+      finished, kept_until = info[5] or '', info[6] or ''
     end
   end
   local pttl = free and -2 or redis.call('PTTL', lock)
-  local reply = {0, pttl, host, pid, since, redis.call('ZCARD', queue), place}
+  local reply = {0, pttl, host, pid, since, redis.call('ZCARD', queue), place, finished,
+    kept_until}
   -- A pause in force is told, whoever else keeps the lock (as acquire.lua does).
   local p = pause_in_force(pause)
   if p then
-    reply[8], reply[9] = '', ''
     reply[10], reply[11], reply[12] = p[1], p[2], p[3]
   end
   return reply
@@ -121,8 +146,7 @@ end
 local latest = redis.call('ZRANGE', shared, -1, -1, 'WITHSCORES')[2]
 latest = latest and tonumber(latest) or 0
 if latest ~= latest or latest == math.huge or latest == -math.huge then
-  return redis.error_reply('WRONGTYPE the key ' .. shared ..
-    ' holds a member whose score is no lease end; refusing to touch it')
+  return not_a_lock(lock, shared, 'holds a member whose score is no lease end')
 end
 local left = math.max(math.ceil(math.max(latest, now_ms + ttl) - now_ms), 1)
 if waiter ~= '' then
