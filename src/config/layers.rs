@@ -15,7 +15,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
 
 use super::UsageError;
 use super::file::{self, ConfigFile, Kind, Setting};
-use crate::cli::Cli;
+use crate::cli::{Cli, Sub};
 use crate::lock::target::Endpoint;
 
 /// Why the command line could not be read.
@@ -38,11 +38,13 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, CliError> {
     let first = Cli::command()
         .try_get_matches_from(&args)
         .map_err(CliError::Clap)?;
-    let cli = Cli::from_arg_matches(&first).map_err(CliError::Clap)?;
+    let mut cli = Cli::from_arg_matches(&first).map_err(CliError::Clap)?;
     let Some((path, named)) = file::locate(cli.conn.config.as_deref()) else {
+        take_run_options_before_acquire(&mut cli, &first);
         return Ok(cli);
     };
     let Some(text) = file::read(&path, named).map_err(CliError::File)? else {
+        take_run_options_before_acquire(&mut cli, &first);
         return Ok(cli);
     };
     let options = Options::of(&Cli::command());
@@ -63,7 +65,52 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, CliError> {
     let matches = cmd.try_get_matches_from(&args).map_err(CliError::Clap)?;
     let mut cli = Cli::from_arg_matches(&matches).map_err(CliError::Clap)?;
     drop_what_does_not_apply(&mut cli, &matches);
+    take_run_options_before_acquire(&mut cli, &matches);
     Ok(cli)
+}
+
+/// `redlock-run --wait 10m acquire --key k`: a run's option that `acquire` takes too, given on
+/// the command line before `acquire` and not after it, is `acquire`'s (as a lock or Redis
+/// option before any subcommand is). Left at acquire's own value, it would wait 0 where the
+/// user asked for 10 minutes. Given on both sides, the one after `acquire` wins.
+fn take_run_options_before_acquire(cli: &mut Cli, matches: &ArgMatches) {
+    let (Some(Sub::Acquire(acquire)), Some(("acquire", sub))) =
+        (&mut cli.subcommand, matches.subcommand())
+    else {
+        return;
+    };
+    let before = |id: &str| {
+        matches.value_source(id) == Some(ValueSource::CommandLine)
+            && sub.value_source(id) != Some(ValueSource::CommandLine)
+    };
+    let run = &cli.run;
+    if before("ttl") {
+        acquire.ttl = run.ttl;
+    }
+    if before("heartbeat") {
+        acquire.heartbeat = run.heartbeat;
+    }
+    if before("grace") {
+        acquire.grace = run.grace;
+    }
+    if before("wait") {
+        acquire.wait = run.wait;
+    }
+    if before("limit") {
+        acquire.limit = run.limit;
+    }
+    if before("conflict_exit_code") {
+        acquire.conflict_exit_code = run.conflict_exit_code;
+    }
+    if before("min_replicas") {
+        acquire.min_replicas = run.min_replicas;
+    }
+    if before("replica_timeout") {
+        acquire.replica_timeout = run.replica_timeout;
+    }
+    if before("note") {
+        acquire.note.clone_from(&run.note);
+    }
 }
 
 /// A default of the file that makes sense only with another option, where that option is

@@ -193,6 +193,35 @@ fn a_second_acquire_is_busy_and_waiting_ones_are_served_in_order() {
     release(&w, &hold_b.token).expect_code(0);
 }
 
+/// A run's options that acquire takes too, given before `acquire` (an alias such as
+/// `alias rl='redlock-run --redis R --wait 10m'`), are acquire's: `--wait` waits, `--ttl` is
+/// the lease; given on both sides, the one after `acquire` wins.
+#[test]
+fn run_options_before_acquire_are_acquires() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let first = acquire(&w, &["--ttl", TTL]);
+    let waiter = w
+        .clone()
+        .args(["--wait", "120s", "--ttl", "7s", "acquire"])
+        .spawn();
+    wait_until(secs(30), "the waiter queued", || {
+        status_json(&w)["queued"] == 1
+    });
+    release(&w, &first.token).expect_code(0);
+    let out = waiter.wait(secs(60));
+    out.expect_code(0);
+    let hold = hold_from(&w, &out.stdout);
+    let pttl = redis.pttl("redlock:deploy");
+    assert!(pttl > 0 && pttl <= 7000, "the lease is --ttl 7s: {pttl}");
+    // Both sides: the one after acquire wins (--wait 0 after it: busy at once).
+    w.clone()
+        .args(["--wait", "120s", "acquire", "--wait", "0"])
+        .run()
+        .expect_code(75);
+    release(&w, &hold.token).expect_code(0);
+}
+
 #[test]
 fn a_killed_keeper_lets_the_lock_expire_and_release_says_lost() {
     let redis = RedisServer::start();
