@@ -31,6 +31,7 @@
 //! cli.rs           the clap definition and nothing else (also feeds completions, man page)
 //! exit.rs          how a run ends, and each ending's exit code
 //! lease.rs         the lease clock (CLOCK_BOOTTIME deadlines, drift)
+//! timestamp.rs     server-clock milliseconds as RFC 3339 text
 //! ```
 //!
 //! Modules are private, so the compiler reports what nothing uses.
@@ -48,6 +49,7 @@ mod process;
 mod report;
 mod status;
 mod supervise;
+mod timestamp;
 
 use cli::{Cli, Sub};
 use exit::Ending;

@@ -3,7 +3,7 @@
 //! chooses the holder, asks at a terminal, and tells what happened.
 
 use std::io::{self, BufRead as _, IsTerminal as _, Write as _};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::cli::{BreakArgs, EXIT_NOT_THAT_HOLDER, EXIT_NOTHING, PauseArgs};
 use crate::config::one_line_text;
@@ -59,16 +59,6 @@ fn candidates(s: &Status) -> Vec<Candidate> {
             command: s.command.clone(),
         })
         .collect()
-}
-
-fn this_host() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
-}
-
-fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
 async fn open(target: &Target, report: &Reporter) -> Option<lock::topology::Backend> {
@@ -179,7 +169,7 @@ pub async fn break_lock(target: &Target, args: &BreakArgs, report: &Reporter) ->
         }
     }
     match lock
-        .break_holder(&chosen.token, &this_host(), target.timeout)
+        .break_holder(&chosen.token, &crate::process::hostname(), target.timeout)
         .await
     {
         Ok(BreakOutcome::Broken { fence }) => {
@@ -259,7 +249,12 @@ pub async fn pause(target: &Target, args: &PauseArgs, report: &Reporter) -> u8 {
         return exit::UNAVAILABLE;
     };
     match lock
-        .pause(reason, &this_host(), args.length, target.timeout)
+        .pause(
+            reason,
+            &crate::process::hostname(),
+            args.length,
+            target.timeout,
+        )
         .await
     {
         Ok(until_ms) => {
@@ -267,7 +262,7 @@ pub async fn pause(target: &Target, args: &PauseArgs, report: &Reporter) -> u8 {
                 "paused",
                 format_args!(
                     "paused {key} until {} (new runs are busy; resume ends it earlier)",
-                    rfc3339(until_ms)
+                    crate::timestamp::seconds(until_ms)
                 ),
             );
             0

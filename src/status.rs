@@ -1,6 +1,7 @@
 //! `redlock-run status`: who holds a lock, and how its last run and last success ended.
 //! Read-only: never writes to Redis. Also `redlock-run forget`, which clears that record.
 
+use crate::timestamp;
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -115,12 +116,7 @@ fn to_text(key: &str, s: &Status) -> String {
 /// `; paused by ops1 until 2026-12-05T03:00:00Z: deploy` while paused (`pause`).
 fn pause_text(s: &Status) -> String {
     match &s.paused {
-        Some(p) => format!(
-            "; paused by {} until {}: {}",
-            p.by,
-            rfc3339_ms(p.until_ms),
-            p.reason
-        ),
+        Some(p) => format!("; {}", p.describe()),
         None => String::new(),
     }
 }
@@ -198,11 +194,7 @@ fn holder_text(key: &str, s: &Status) -> String {
         let _ = write!(out, ", command: {cmd}");
     }
     if let Some(until) = keeper_deadline(s) {
-        let _ = write!(
-            out,
-            ", max-hold deadline {}",
-            humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(until))
-        );
+        let _ = write!(out, ", max-hold deadline {}", timestamp::seconds(until));
     }
     if let Some(note) = &s.note {
         let _ = write!(out, ", note: {note}");
@@ -294,8 +286,7 @@ fn record_text(r: &RunRecord, now_ms: Option<u64>) -> String {
         }
         _ => {}
     }
-    let at = UNIX_EPOCH + Duration::from_millis(r.started_ms);
-    let _ = write!(out, ", started {}", humantime::format_rfc3339_seconds(at));
+    let _ = write!(out, ", started {}", timestamp::seconds(r.started_ms));
     let now = now_ms.unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -348,7 +339,7 @@ fn age(acquired_ms: u64) -> String {
             )
         })
         .unwrap_or_default();
-    format!("{}{ago}", humantime::format_rfc3339_seconds(at))
+    format!("{}{ago}", timestamp::seconds(acquired_ms))
 }
 
 /// The `status --json` object. Field order is the output order; absent values are `null`.
@@ -408,10 +399,6 @@ struct PausedJson<'a> {
     until_ms: u64,
 }
 
-fn rfc3339_ms(ms: u64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-}
-
 /// One run record in `status --json`.
 #[derive(Serialize)]
 struct RecordJson<'a> {
@@ -432,9 +419,7 @@ struct RecordJson<'a> {
 }
 
 fn record_json(r: &RunRecord) -> RecordJson<'_> {
-    let rfc3339 = |ms: u64| {
-        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-    };
+    let rfc3339 = timestamp::millis;
     RecordJson {
         host: r.host.as_deref(),
         pid: r.pid,
@@ -516,8 +501,8 @@ pub fn json_of<'a>(key: &'a str, s: &'a Status) -> StatusJson<'a> {
         paused: s.paused.as_ref().map(|p| PausedJson {
             reason: &p.reason,
             host: &p.by,
-            since: (p.since_ms > 0).then(|| rfc3339_ms(p.since_ms)),
-            until: rfc3339_ms(p.until_ms),
+            since: (p.since_ms > 0).then(|| timestamp::seconds(p.since_ms)),
+            until: timestamp::seconds(p.until_ms),
             until_ms: p.until_ms,
         }),
         finished_ms: s.kept.map(|k| k.finished_ms),

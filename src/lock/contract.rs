@@ -171,6 +171,29 @@ pub struct Paused {
     pub until_ms: u64,
 }
 
+impl Broken {
+    /// `broken by web1 at T (redlock-run break)`, as every message that tells it says it.
+    pub fn describe(&self) -> String {
+        format!(
+            "broken by {} at {} (redlock-run break)",
+            self.by,
+            crate::timestamp::seconds(self.at_ms)
+        )
+    }
+}
+
+impl Paused {
+    /// `paused by web1 until T: REASON`, as `status` and the busy message say it.
+    pub fn describe(&self) -> String {
+        format!(
+            "paused by {} until {}: {}",
+            self.by,
+            crate::timestamp::seconds(self.until_ms),
+            self.reason
+        )
+    }
+}
+
 /// `--min-replicas`: how many replicas must acknowledge each acquire and renewal, and how long
 /// to wait for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,9 +313,7 @@ impl Kept {
     /// `pid 42 finished at T, kept until T' by --hold-at-least`: who is named by pid must be
     /// told apart from a command that still runs.
     pub fn describe(&self, pid: Option<u32>) -> String {
-        let at = |ms: u64| {
-            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
-        };
+        let at = crate::timestamp::seconds;
         let who = pid.map_or_else(|| "its command".to_owned(), |pid| format!("pid {pid}"));
         format!(
             "{who} finished at {}, kept until {} by --hold-at-least",

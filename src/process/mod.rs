@@ -14,3 +14,10 @@ pub use job::{Event, Job, become_subreaper, group_is_orphaned};
 pub use signals::Signals;
 pub use spawn::SpawnError;
 pub use tree::{Mode, Tree};
+
+/// This host's name, as holder info, run records, pauses and breaks name it.
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}

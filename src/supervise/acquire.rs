@@ -66,7 +66,7 @@ enum Notices {
 impl<'a, L: Lock> Acquirer<'a, L> {
     pub(super) fn new(run: Run<'a, L>, start: Stamp) -> Self {
         let cfg = run.cfg;
-        let (host, pid) = (super::shared::hostname(), std::process::id());
+        let (host, pid) = (crate::process::hostname(), std::process::id());
         let waits = cfg.wait != Wait::For(Duration::ZERO);
         let holder = HolderInfo {
             waiter: waits.then(|| Waiter {
@@ -204,10 +204,7 @@ impl<'a, L: Lock> Acquirer<'a, L> {
                         let pause = holder.paused.as_ref().map(|p| PauseFields {
                             paused_reason: p.reason.clone(),
                             paused_by: p.by.clone(),
-                            paused_until: humantime::format_rfc3339_seconds(
-                                std::time::UNIX_EPOCH + Duration::from_millis(p.until_ms),
-                            )
-                            .to_string(),
+                            paused_until: crate::timestamp::seconds(p.until_ms),
                         });
                         report.busy(
                             busy_message(named(&holder), &holder, cfg.wait),

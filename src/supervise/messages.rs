@@ -8,6 +8,7 @@ use crate::config::RunConfig;
 use crate::exit::Ending;
 use crate::lock::{Holder, Paused};
 use crate::report::Reporter;
+use crate::timestamp;
 
 use super::outcome::{LeaseEnd, Outcome, ReleaseResult, Under, exit_for};
 
@@ -58,12 +59,8 @@ pub(super) fn tell(
         } => report.error(
             "lost",
             format_args!(
-                "lock {key} was broken by {} at {} (redlock-run break); the command was \
-                 stopped",
-                broken.by,
-                humantime::format_rfc3339_seconds(
-                    std::time::UNIX_EPOCH + Duration::from_millis(broken.at_ms)
-                )
+                "lock {key} was {}; the command was stopped",
+                broken.describe()
             ),
         ),
         Under::Ran {
@@ -117,7 +114,11 @@ pub(super) fn waiting_message(key: &str, holder: &Holder, elapsed: Duration, wai
     let who = match (&holder.host, holder.pid) {
         _ if holder.paused.is_some() => format!(
             " ({}{})",
-            holder.paused.as_ref().map(paused_text).unwrap_or_default(),
+            holder
+                .paused
+                .as_ref()
+                .map(Paused::describe)
+                .unwrap_or_default(),
             place(holder)
         ),
         _ if holder.shared > 0 => format!(" (held{}{})", by(holder), place(holder)),
@@ -148,16 +149,11 @@ fn shared_by(holder: &Holder) -> String {
         (Some(kept), _) => format!(
             "{runs} (their commands finished, the last at {}; kept until {} by \
              --hold-at-least)",
-            rfc3339(kept.finished_ms),
-            rfc3339(kept.until_ms)
+            timestamp::seconds(kept.finished_ms),
+            timestamp::seconds(kept.until_ms)
         ),
         (None, _) => runs,
     }
-}
-
-/// A time on the server's clock (ms since the epoch), to the second.
-fn rfc3339(ms: u64) -> humantime::Rfc3339Timestamp {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
 }
 
 /// `, 2nd of 3 in line` when queued.
@@ -183,7 +179,7 @@ pub(super) fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> St
     if let Some(p) = &holder.paused {
         return format!(
             "lock {key} is {}{}; waiting {limit}",
-            paused_text(p),
+            p.describe(),
             place(holder)
         );
     }
@@ -196,8 +192,7 @@ pub(super) fn wait_started_message(key: &str, holder: &Holder, wait: Wait) -> St
     }
     let mut who = by(holder);
     if let Some(ms) = holder.acquired_ms {
-        let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
-        who.push_str(&format!(" since {}", humantime::format_rfc3339_seconds(at)));
+        who.push_str(&format!(" since {}", timestamp::seconds(ms)));
     }
     let ttl = match holder.ttl_ms {
         // Kept by --hold-at-least: nobody renews it, the lease is when it ends.
@@ -231,17 +226,6 @@ fn waiters(n: u64) -> String {
     format!("{n} waiter{}", if n == 1 { "" } else { "s" })
 }
 
-/// `paused by ops1 until 2026-12-05T03:00:00Z: deploy`
-fn paused_text(p: &Paused) -> String {
-    let until = std::time::UNIX_EPOCH + Duration::from_millis(p.until_ms);
-    format!(
-        "paused by {} until {}: {}",
-        p.by,
-        humantime::format_rfc3339_seconds(until),
-        p.reason
-    )
-}
-
 pub(super) fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
     if let Some(p) = &holder.paused {
         let waited = match wait {
@@ -255,7 +239,7 @@ pub(super) fn busy_message(key: &str, holder: &Holder, wait: Wait) -> String {
         return format!(
             "lock {key} is busy: {}{held}{waited}; new runs are busy until resume or the pause \
              ends (runs with --wait keep their place)",
-            paused_text(p)
+            p.describe()
         );
     }
     if holder.free {

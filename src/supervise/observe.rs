@@ -149,9 +149,7 @@ impl<'a> Observer<'a> {
 
 /// One line about the run, for `finished` and the body of the final ping.
 fn summary(run: &observe::Run) -> String {
-    let host = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".to_owned());
+    let host = crate::process::hostname();
     let mut line = format!(
         "finished: {} {} on {host} pid {}: exit {}, {}",
         run.key,

@@ -40,7 +40,7 @@ pub(super) fn finished(
     }
     let outcome = ran_outcome(end.as_ref(), lease.is_some(), *max_runtime);
     Some(Finished {
-        host: super::shared::hostname(),
+        host: crate::process::hostname(),
         pid: std::process::id(),
         program: cfg.command.display.clone(),
         fence,
@@ -109,7 +109,6 @@ impl<L: Lock> Run<'_, L> {
 
 /// The line of a skipped run: when and where the command last succeeded.
 pub(super) fn skipped_text(key: &str, once: &OncePer, last: &RunRecord, now_ms: u64) -> String {
-    let at = std::time::UNIX_EPOCH + Duration::from_millis(last.started_ms);
     let ago = Duration::from_secs(now_ms.saturating_sub(last.started_ms) / 1000);
     let mut where_ = last
         .host
@@ -123,7 +122,7 @@ pub(super) fn skipped_text(key: &str, once: &OncePer, last: &RunRecord, now_ms: 
     }
     format!(
         "skipped: {key} already succeeded {} ({} ago, on {where_}); {}",
-        humantime::format_rfc3339_seconds(at),
+        crate::timestamp::seconds(last.started_ms),
         humantime::format_duration(ago),
         period::shown(once.period, &once.zone)
     )

@@ -72,13 +72,6 @@ pub(super) fn earliest(a: Option<Stamp>, b: Option<Stamp>) -> Option<Stamp> {
     }
 }
 
-/// This host's name, for the holder info and the run record.
-pub(super) fn hostname() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

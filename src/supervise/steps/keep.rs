@@ -23,8 +23,9 @@ use crate::report::Reporter;
 use super::super::acquire::Acquirer;
 use super::super::keeper::LeaseKeeper;
 use super::super::outcome::LeaseEnd;
-use super::super::shared::{Held, Run, earliest, hostname};
+use super::super::shared::{Held, Run, earliest};
 use super::{KEEPER_FD, KEEPER_ID, describe};
+use crate::process::hostname;
 
 /// Longest nap between lease checks (tokio's timers stop during a system suspend; waking this
 /// often bounds how late one is noticed), as for a run.
@@ -189,13 +190,7 @@ pub async fn keep(cfg: &AcquireConfig, mut handshake: Handshake, report: &Report
 /// tell (a "broken" marker: who broke the lock, and when), once it carries it.
 fn taken_reason(broken: Option<&lock::Broken>) -> String {
     match broken {
-        Some(b) => format!(
-            "the lock was broken by {} at {} (redlock-run break)",
-            b.by,
-            humantime::format_rfc3339_seconds(
-                std::time::UNIX_EPOCH + Duration::from_millis(b.at_ms)
-            )
-        ),
+        Some(b) => format!("the lock was {}", b.describe()),
         None => "a renewal found the lock deleted, expired or taken by another holder".to_owned(),
     }
 }

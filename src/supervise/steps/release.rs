@@ -22,8 +22,8 @@ use crate::lock::{
 };
 use crate::report::Reporter;
 
-use super::super::shared::hostname;
 use super::{KEEPER_ID, when};
+use crate::process::hostname;
 
 /// Run `release`: returns the exit code.
 pub async fn release(cfg: &ReleaseConfig, report: &Reporter) -> u8 {
