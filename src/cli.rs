@@ -140,7 +140,8 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     (
         "4",
-        "break, release: held, but not by the holder or token named (nothing changed)",
+        "break, release: held, but not by the holder or token named, or (release) by a run \
+         rather than acquire (nothing changed)",
     ),
     (
         "2",
@@ -240,8 +241,8 @@ pub enum Sub {
     ///
     /// Exits 0 when this hold was released, 74 when it was lost while held (says when and
     /// why), 3 when there is nothing to release, 4 when another token holds the lock and no
-    /// hold of this token is recorded, 69 when Redis cannot be reached. A release with
-    /// another token never touches the lock.
+    /// hold of this token is recorded (or a run holds it under this token), 69 when Redis
+    /// cannot be reached. A release with another token never touches the lock.
     #[command(override_usage = RELEASE_USAGE)]
     Release(ReleaseArgs),
     /// List the locks under --prefix: holder, age, TTL left, queue, --limit permits, last run.

@@ -240,6 +240,37 @@ fn a_killed_keeper_lets_the_lock_expire_and_release_says_lost() {
     release(&w, &hold.token).expect_code(74);
 }
 
+/// The hold record gone (evicted, deleted) while the lock still holds the hold's token:
+/// release still releases it (exit 0) and the keeper ends; it never says "another token".
+/// Inside a run's command, REDLOCK_TOKEN is the run's: release refuses (4), the run goes on.
+#[test]
+fn release_without_the_hold_record_still_releases_and_a_runs_token_is_refused() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "deploy");
+    let hold = acquire(&w, &["--ttl", TTL]);
+    redis.cli(&["DEL", "{redlock:deploy}:holds"]);
+    release(&w, &hold.token)
+        .expect_code(0)
+        .expect_stderr_contains("its hold record was missing");
+    assert!(!redis.exists("redlock:deploy"));
+    wait_until(secs(30), "the keeper ends", || {
+        !pid_alive(hold.keeper.pid())
+    });
+
+    let dir = scratch();
+    let run = Wrapper::on(&redis, "nested")
+        .sh(&format!(
+            "{} release --redis {} --key nested; echo $? > rc",
+            wrapper_bin(),
+            redis.url()
+        ))
+        .current_dir(dir.path())
+        .run();
+    run.expect_code(0)
+        .expect_stderr_contains("is held under this token by a run");
+    assert_eq!(read_trimmed(&dir.path().join("rc")), "4");
+}
+
 #[test]
 fn a_lock_deleted_under_the_keeper_ends_the_hold_and_release_says_why() {
     let redis = RedisServer::start();
