@@ -261,8 +261,9 @@ pub enum Sub {
     /// the lock in between is never touched. Raises the fence (the next grant's is above the
     /// one printed), marks the token broken and records the run as broken; the old holder's
     /// wrapper stops its command at its next renewal (exit 74). With --limit locks, breaks
-    /// one permit. Exits 0 broken, 3 the lock is free, 4 not held by the holder named, 2
-    /// usage (no terminal and no --yes), 69 Redis unreachable.
+    /// one permit; with --shared holders, one shared holder. Exits 0 broken, 3 the lock is
+    /// free, 4 not held by the holder named, 2 usage (no terminal and no --yes, or several
+    /// holders match), 69 Redis unreachable.
     #[command(name = "break", override_usage = BREAK_USAGE)]
     Break(BreakArgs),
     /// Hold off new runs for a while: they are busy (exit 75) until resume or until the

@@ -12,7 +12,8 @@ use crate::lock::target::Target;
 use crate::lock::{self, BreakOutcome, Lock, Status};
 use crate::report::{Reporter, one_line};
 
-/// One holder that `break` may take the lock from: the mutex's, or one `--limit` permit.
+/// One holder that `break` may take the lock from: the mutex's, one `--limit` permit, or one
+/// `--shared` holder.
 struct Candidate {
     token: String,
     host: Option<String>,
@@ -36,11 +37,17 @@ impl Candidate {
 }
 
 /// Every holder in `s`: the mutex's (a foreign value has none that can be named, but its
-/// token), or each permit.
+/// token), each permit, or each shared holder (chosen among as permits are).
 fn candidates(s: &Status) -> Vec<Candidate> {
-    if s.limit.is_some() {
-        return s
-            .permits
+    let members = if s.limit.is_some() {
+        Some(&s.permits)
+    } else if !s.shared.is_empty() {
+        Some(&s.shared)
+    } else {
+        None
+    };
+    if let Some(members) = members {
+        return members
             .iter()
             .map(|p| Candidate {
                 token: p.token.clone(),
@@ -87,6 +94,12 @@ pub async fn break_lock(target: &Target, args: &BreakArgs, report: &Reporter) ->
         }
     };
     let all = candidates(&status);
+    // How the holders hold it, as `status` says it: `held shared by` for --shared holders.
+    let held = if status.limit.is_none() && !status.shared.is_empty() {
+        "held shared"
+    } else {
+        "held"
+    };
     if all.is_empty() && status.held {
         report.error(
             "not-holder",
@@ -125,7 +138,7 @@ pub async fn break_lock(target: &Target, args: &BreakArgs, report: &Reporter) ->
         report.error(
             "not-holder",
             one_line(&format!(
-                "lock {key} is not held by {whom}; nothing changed (held by {})",
+                "lock {key} is not held by {whom}; nothing changed ({held} by {})",
                 held_by()
             )),
         );
@@ -161,7 +174,7 @@ pub async fn break_lock(target: &Target, args: &BreakArgs, report: &Reporter) ->
             return exit::USAGE;
         }
         if !confirm(&format!(
-            "break lock {key} held by {}? [y/N] ",
+            "break lock {key} {held} by {}? [y/N] ",
             chosen.shown()
         )) {
             report.error("usage", "not confirmed: nothing changed");
@@ -176,8 +189,8 @@ pub async fn break_lock(target: &Target, args: &BreakArgs, report: &Reporter) ->
             report.done(
                 "broken",
                 one_line(&format!(
-                    "broke lock {key} held by {}; fence raised to {fence} (the next holder's \
-                     is above it)",
+                    "broke lock {key} {held} by {}; fence raised to {fence} (the next \
+                     holder's is above it)",
                     chosen.shown()
                 )),
             );

@@ -115,10 +115,11 @@ pub trait Lock {
     /// left behind would make the others wait until it expires.
     async fn leave_queue(&self, holder: &HolderInfo, within: Duration);
 
-    /// `break`: take the lock (or, with `--limit`, one permit) away from the holder whose
-    /// token is `token`, and from no other, in one atomic step per server: raise the fence,
-    /// leave a broken mark for `token` (read by its renewal: [`Renewal::Lost`]) naming
-    /// `by`, and write the run record's last run as `broken`. Within `within`.
+    /// `break`: take the lock (or one `--limit` permit, or one `--shared` holder's share)
+    /// away from the holder whose token is `token`, and from no other, in one atomic step
+    /// per server: raise the fence, leave a broken mark for `token` (read by its renewal:
+    /// [`Renewal::Lost`]) naming `by`, and write the run record's last run as `broken`.
+    /// Within `within`.
     async fn break_holder(
         &self,
         token: &str,

@@ -204,6 +204,231 @@ fn break_takes_one_permit_of_a_limit_lock() {
     second.wait(secs(20));
 }
 
+/// A `--shared` holder that writes its fence and pid into `dir`, renews every 300 ms and runs
+/// until the file `go` appears in `dir` (at most 120 s: a test that forgot it must not hang).
+fn shared_holder(redis: &RedisServer, key: &str, dir: &Path) -> Running {
+    Wrapper::on(redis, key)
+        .args([
+            "--shared",
+            "--ttl",
+            "5s",
+            "--heartbeat",
+            "300ms",
+            "--grace",
+            "1s",
+        ])
+        .sh(
+            "echo $REDLOCK_FENCE > fence; echo $$ > started; i=0; while [ ! -e go ]; do \
+             i=$((i+1)); [ $i -gt 2400 ] && exit 9; sleep 0.05; done",
+        )
+        .current_dir(dir)
+        .spawn()
+}
+
+/// The token `status` shows for the shared holder whose wrapper is `pid`.
+fn shared_token(json: &serde_json::Value, pid: i32) -> String {
+    json["shared_holders"]
+        .as_array()
+        .and_then(|hs| hs.iter().find(|h| h["pid"] == pid))
+        .and_then(|h| h["token"].as_str())
+        .unwrap_or_else(|| panic!("shared holder pid {pid} in {json}"))
+        .to_owned()
+}
+
+/// The fence `break` printed.
+fn printed_fence(broke: &Outcome) -> u64 {
+    broke
+        .stderr
+        .split("fence raised to ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fence in {broke}"))
+}
+
+/// `break` on a lock held `--shared` breaks one shared holder, chosen as a `--limit` permit
+/// is: that run stops with 74 naming the breaker, the others keep their shares and end with
+/// 0, the fence printed is above every grant's, the record says broken.
+#[test]
+fn break_takes_one_shared_holder() {
+    let redis = RedisServer::start();
+    let conn = single(&redis, "sh");
+    let dirs = [scratch(), scratch(), scratch()];
+    let mut runs: Vec<Running> = dirs
+        .iter()
+        .map(|d| shared_holder(&redis, "sh", d.path()))
+        .collect();
+    for (run, dir) in runs.iter_mut().zip(&dirs) {
+        run.child_pid(&dir.path().join("started"), secs(20));
+    }
+    let fences: Vec<u64> = dirs
+        .iter()
+        .map(|d| read_trimmed(&d.path().join("fence")).parse().unwrap())
+        .collect();
+    let json = status_json(&conn);
+    assert_eq!(
+        json["shared_holders"].as_array().map(Vec::len),
+        Some(3),
+        "{json}"
+    );
+    let tokens: Vec<String> = runs.iter().map(|r| shared_token(&json, r.pid)).collect();
+
+    // Three holders on this host: neither --host nor --yes names one; each refusal lists them.
+    for args in [vec!["--host", hostname().as_str()], vec!["--yes"]] {
+        let out = op(&conn, "break", &args);
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains("3 holders") && out.stderr.contains(&tokens[0]),
+            "{out}"
+        );
+    }
+    let shared_key = "{redlock:sh}:shared";
+    assert_eq!(redis.cli_int(&["ZCARD", shared_key]), 3);
+
+    let broke = op(&conn, "break", &["--holder", &tokens[0]]);
+    broke.expect_code(0);
+    assert!(broke.stderr.contains("held shared by"), "{broke}");
+    let printed = printed_fence(&broke);
+    for f in &fences {
+        assert!(printed > *f, "fence {printed} not above a grant's {f}");
+    }
+
+    let mut runs = runs.into_iter();
+    let first = runs.next().unwrap();
+    let out = first.wait(secs(30));
+    out.expect_code(74);
+    assert!(
+        out.stderr.contains(&format!("broken by {}", hostname())),
+        "the message names the breaker: {out}"
+    );
+    let mut others: Vec<Running> = runs.collect();
+    for other in &mut others {
+        assert!(other.is_running(), "{}", other.describe());
+    }
+    let after = status_json(&conn);
+    let left: Vec<&str> = after["shared_holders"]
+        .as_array()
+        .expect("shared holders")
+        .iter()
+        .filter_map(|h| h["token"].as_str())
+        .collect();
+    assert_eq!(left.len(), 2, "{after}");
+    assert!(!left.contains(&tokens[0].as_str()), "{after}");
+    assert_eq!(after["last_run"]["outcome"], "broken", "{after}");
+    assert_eq!(
+        after["last_run"]["broken_by"],
+        hostname().as_str(),
+        "{after}"
+    );
+    assert_eq!(after["last_run"]["fence"], fences[0], "{after}");
+    // The broken mark is the broken holder's alone.
+    let marks = redis.cli(&["HKEYS", "{redlock:sh}:broken"]);
+    assert_eq!(marks.trim(), tokens[0], "{marks}");
+    let text = op(&conn, "status", &[]);
+    assert!(text.stdout.contains("held shared by 2"), "{text}");
+
+    for (other, dir) in others.into_iter().zip(&dirs[1..]) {
+        std::fs::write(dir.path().join("go"), "").unwrap();
+        other.wait(secs(30)).expect_code(0);
+    }
+    let next = Wrapper::on(&redis, "sh").sh("echo $REDLOCK_FENCE").run();
+    next.expect_code(0);
+    let fence: u64 = next.stdout.trim().parse().unwrap();
+    assert!(fence > printed, "next fence {fence} not above {printed}");
+}
+
+/// A `--holder` that is none of the shared holders: 4, the holders named, nothing changed.
+#[test]
+fn break_of_another_shared_holder_exits_4_and_changes_nothing() {
+    let redis = RedisServer::start();
+    let conn = single(&redis, "sho");
+    let dir = scratch();
+    let mut running = shared_holder(&redis, "sho", dir.path());
+    running.child_pid(&dir.path().join("started"), secs(20));
+    let shared_key = "{redlock:sho}:shared";
+    let members = redis.cli(&["ZRANGE", shared_key, "0", "-1"]);
+    let fence = redis.get("{redlock:sho}:fence");
+
+    let out = op(&conn, "break", &["--holder", "not-the-token"]);
+    out.expect_code(4);
+    assert!(
+        out.stderr.contains("nothing changed")
+            && out.stderr.contains(&format!(
+                "held shared by {} pid {}",
+                hostname(),
+                running.pid
+            )),
+        "{out}"
+    );
+    op(&conn, "break", &["--host", "no-such-host.invalid"]).expect_code(4);
+
+    assert_eq!(redis.cli(&["ZRANGE", shared_key, "0", "-1"]), members);
+    assert_eq!(redis.get("{redlock:sho}:fence"), fence);
+    assert!(!redis.exists("{redlock:sho}:broken"));
+    assert!(!redis.exists("{redlock:sho}:last-run"));
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let out = running.wait(secs(30));
+    out.expect_code(0);
+    assert!(!out.stderr.contains("lost"), "{out}");
+}
+
+/// An exclusive waiter queued behind one shared holder gets the lock once `break` took that
+/// share: the break announces it to the waiter at the head of the queue, as the last shared
+/// holder's release does.
+#[test]
+fn break_of_the_last_shared_holder_lets_the_exclusive_waiter_in() {
+    let redis = RedisServer::start();
+    let conn = single(&redis, "shw");
+    let dir = scratch();
+    let mut reader = shared_holder(&redis, "shw", dir.path());
+    reader.child_pid(&dir.path().join("started"), secs(20));
+    let mut writer = Wrapper::on(&redis, "shw")
+        .args(["--wait", "2m"])
+        .sh(
+            "echo $REDLOCK_FENCE > writer; i=0; while [ ! -e go-writer ]; do i=$((i+1)); \
+             [ $i -gt 1200 ] && exit 9; sleep 0.05; done",
+        )
+        .current_dir(dir.path())
+        .spawn();
+    wait_until(secs(20), "the exclusive run queues", || {
+        status_json(&conn)["queued"] == 1
+    });
+
+    let channel = "{redlock:shw}:released";
+    let heard = dir.path().join("heard");
+    let mut listener = std::process::Command::new(redis_cli_bin())
+        .args(["-p", &redis.port().to_string(), "subscribe", channel])
+        .stdout(std::fs::File::create(&heard).unwrap())
+        .spawn()
+        .unwrap();
+    let _listener_guard = PidGuard::new(listener.id() as i32);
+    wait_until(secs(5), "the test's subscriber", || {
+        std::fs::read_to_string(&heard).is_ok_and(|s| s.contains(channel))
+    });
+
+    let broke = op(&conn, "break", &["--yes"]);
+    broke.expect_code(0);
+    let printed = printed_fence(&broke);
+    // The announcement names the waiter (its id ends with its pid), which still holds the
+    // lock when it is checked: nothing else can have sent it.
+    wait_until(secs(10), "the break's announcement to the waiter", || {
+        std::fs::read_to_string(&heard)
+            .is_ok_and(|s| s.lines().any(|l| l.ends_with(&format!(" {}", writer.pid))))
+    });
+    let _ = listener.kill();
+    let _ = listener.wait();
+
+    writer.wait_for_file(&dir.path().join("writer"), secs(30));
+    std::fs::write(dir.path().join("go-writer"), "").unwrap();
+    writer.wait(secs(30)).expect_code(0);
+    let fence: u64 = read_trimmed(&dir.path().join("writer")).parse().unwrap();
+    assert!(
+        fence > printed,
+        "writer's fence {fence} not above {printed}"
+    );
+    reader.wait(secs(30)).expect_code(74);
+}
+
 /// Pause on `conn`: a run is busy with the reason; a holder keeps running; waiters keep their
 /// order and go after `resume`.
 fn pause_holds_off_runs_and_resume_lets_waiters_go_in_order(
@@ -551,4 +776,31 @@ fn break_of_a_lock_kept_by_hold_at_least_keeps_the_runs_record() {
     let json = status_json(&conn);
     assert_eq!(json["last_run"]["outcome"], "succeeded", "{json}");
     assert!(json["last_run"]["broken_by"].is_null(), "{json}");
+}
+
+/// At a terminal, `break` of a lock held by one shared holder shows it and asks, as for the
+/// mutex's holder.
+#[test]
+fn break_at_a_terminal_shows_the_shared_holder_and_asks() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut running = shared_holder(&redis, "ttys", dir.path());
+    running.child_pid(&dir.path().join("started"), secs(20));
+    let args = format!("break --redis {} --key ttys", redis.url());
+
+    let (code, shown) = on_terminal(&args, "n\n");
+    assert_eq!(code, Some(2), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "held shared by {} pid {}",
+            hostname(),
+            running.pid
+        )),
+        "the question shows the holder: {shown}"
+    );
+    assert_eq!(redis.cli_int(&["ZCARD", "{redlock:ttys}:shared"]), 1);
+
+    let (code, shown) = on_terminal(&args, "y\n");
+    assert_eq!(code, Some(0), "{shown}");
+    running.wait(secs(30)).expect_code(74);
 }

@@ -687,3 +687,37 @@ fn a_hold_kept_by_hold_at_least_is_told_as_finished_to_both_kinds() {
         "shared run, busy on a kept exclusive holder",
     );
 }
+
+/// A shared holder whose share is gone with a broken mark left for its token (what `break`
+/// leaves) is told at its next renewal who broke it and when, as a mutex or a permit holder
+/// is, and stops with 74.
+#[test]
+fn a_shared_renewal_that_finds_its_share_broken_names_the_breaker() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let d = dir.path();
+    let mut a = Wrapper::on(&redis, "k")
+        .args([
+            "--shared",
+            "--ttl",
+            "5s",
+            "--heartbeat",
+            "300ms",
+            "--grace",
+            "1s",
+        ])
+        .sh(&holds("a"))
+        .current_dir(d)
+        .spawn();
+    a.wait_for_file(&d.join("a"), secs(30));
+    let token = status(Wrapper::on(&redis, "k"))["shared_holders"][0]["token"]
+        .as_str()
+        .expect("the share's token")
+        .to_owned();
+    // 2026-12-01T12:00:00Z
+    redis.cli(&["HSET", "{redlock:k}:broken", &token, "ops9\t1796126400000"]);
+    redis.cli(&["ZREM", "{redlock:k}:shared", &token]);
+    let out = a.wait(secs(30));
+    out.expect_code(74);
+    out.expect_stderr_contains("was broken by ops9 at 2026-12-01T12:00:00Z (redlock-run break)");
+}

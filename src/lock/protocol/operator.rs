@@ -1,6 +1,7 @@
 //! The operator's calls: `break` (take the lock from the holder named by its token), `pause`
-//! and `resume`, with their replies. One script each, for both layouts (mutex and `--limit`
-//! semaphore), so that none needs `--limit`.
+//! and `resume`, with their replies. One script each, for every layout (mutex, `--limit`
+//! semaphore, `--shared` holders beside the mutex), so that none needs `--limit` or
+//! `--shared`.
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ static BREAK: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
     include_str!("scripts/prelude.lua"),
     include_str!("scripts/wake.lua"),
+    include_str!("scripts/shared/lease.lua"),
     include_str!("scripts/break.lua")
 ));
 static PAUSE: Lua = Lua::new(concat!(
@@ -60,9 +62,16 @@ pub fn break_holder(k: &Keys, token: &str, by: &str) -> ScriptCall {
             millis(RETENTION).to_string(),
         ],
     )
-    // The hold record of the token, ended as broken (hold.rs).
-    .then(vec![k.holds.clone(), millis(hold::RETENTION).to_string()])
-    .needing_moved(&[&k.fence, &k.broken, &k.last_run, &k.holds])
+    // The hold record of the token, ended as broken (hold.rs); the --shared holders, where
+    // the token may be one of them (break.lua).
+    .then(vec![
+        k.holds.clone(),
+        millis(hold::RETENTION).to_string(),
+        k.shared.clone(),
+    ])
+    // The shared set too: on the node a migrating slot goes to, a set still on the node it
+    // leaves would look absent, and a lock held shared free.
+    .needing_moved(&[&k.fence, &k.broken, &k.last_run, &k.holds, &k.shared])
 }
 
 /// `pause` for `length`, with `reason`, by the host `by` (see pause.lua).

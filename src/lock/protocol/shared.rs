@@ -30,6 +30,7 @@ static ACQUIRE: Lua = Lua::new(concat!(
 ));
 static RENEW: Lua = Lua::new(concat!(
     include_str!("scripts/reach.lua"),
+    include_str!("scripts/lost.lua"),
     include_str!("scripts/shared/lease.lua"),
     include_str!("scripts/shared/renew.lua")
 ));
@@ -92,6 +93,9 @@ impl Shared {
             &[&k.holders],
             vec![token.to_owned(), millis(ttl).to_string()],
         )
+        // The broken marks, read when the token is gone (lost.lua): a share taken by
+        // `break` says who broke it, as a mutex or a permit does.
+        .then(vec![k.broken.clone()])
         // Inside the lease: never EVALSHA, NOSCRIPT, EVAL in series.
         .in_full()
     }

@@ -1,12 +1,14 @@
 -- `break`: take the lock away from the holder named by its token, in one atomic step, and
--- only from that holder: a lock (or permit) that holds another token is left alone.
--- Works on both layouts, so that `break` needs no --limit: the mutex's string key, or one
--- permit of the --limit semaphore's sorted set.
+-- only from that holder: a lock (or permit, or share) that holds another token is left alone.
+-- Works on every layout, so that `break` needs neither --limit nor --shared: the mutex's
+-- string key, one permit of the --limit semaphore's sorted set, or one shared holder of the
+-- --shared set beside a free lock key (shared/acquire.lua: an exclusive holder and shared
+-- ones never hold the lock together).
 -- KEYS: lock. ARGV: holder hash, holders hash (--limit), fence counter, release channel,
 -- queue, queue expiry, broken marks, last-run, last-success (left alone: a broken run is no
 -- success); then token, breaker's host,
 -- how long the broken mark is kept (ms), fence counter ttl (ms), record retention (ms); then
--- the holds key and the hold records' retention (ms).
+-- the holds key and the hold records' retention (ms); then the --shared holders' set.
 -- In the same step:
 -- - the fence is raised: the counter is set to a new fence F (as an acquire would), so that
 --   the next grant's fence is above F and above every fence before it;
@@ -16,10 +18,11 @@
 -- - the token's hold record (a hold across CI steps, hold.lua), if it is `held` or
 --   `releasing`: it ends `lost`, with who broke it (`broken_by`) and when (`ended_ms`), so
 --   that `release` says so whether or not the keeper renewed since;
--- - the release is announced, waking the queue's head.
--- Returns {1, F} when broken; {0} when the lock holds another token (or the permit is not
--- among the live ones); {-1} when the lock is free; TRYAGAIN (reach.lua) when a key it
--- needs is out of reach (a migration of the slot).
+-- - the release is announced, waking the queue's head; for a shared holder only when it
+--   was the last one, as shared/release.lua does (only then can an exclusive waiter go in).
+-- Returns {1, F} when broken; {0} when the lock holds another token (or the permit or share
+-- is not among the live ones); {-1} when the lock is free; TRYAGAIN (reach.lua) when a key
+-- it needs is out of reach (a migration of the slot).
 local lock = KEYS[1]
 local holder, holders, fence_key, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local queue, expiry, broken = ARGV[5], ARGV[6], ARGV[7]
@@ -27,13 +30,25 @@ local last_run = ARGV[8]
 local token, by, broken_keep, fence_keep, record_keep = ARGV[10], ARGV[11], ARGV[12],
   ARGV[13], ARGV[14]
 local holds, hold_keep = ARGV[15], tonumber(ARGV[16])
+local shared = ARGV[17]
 
 local kind = type_here(lock)
 if not kind then
   return split()
 end
+-- A free lock key: held --shared, or free.
 if kind == 'none' then
-  return {-1}
+  local shared_kind = type_here(shared)
+  if not shared_kind then
+    return split()
+  end
+  if shared_kind == 'none' then
+    return {-1}
+  end
+  if shared_kind ~= 'zset' then
+    return not_a_lock(lock, shared, 'holds ' .. kind_words(shared_kind) ..
+      ', where redlock-run keeps a sorted set')
+  end
 end
 -- Every write below needs its key in reach: check all before the first one.
 for _, key in ipairs({fence_key, broken, last_run, holds}) do
@@ -52,6 +67,24 @@ local host, pid, cmd, since, fence
 -- A holder whose command already finished (kept by --hold-at-least) released with its run
 -- record written: breaking it takes the lock, and leaves that record as it is.
 local finished = false
+-- A permit's or a shared holder's info (semaphore/acquire.lua, shared/acquire.lua):
+-- `host TAB pid TAB acquired_ms TAB fence TAB command [TAB US note]`, beside `TOKEN:kept`
+-- once its command finished.
+local function member_info()
+  if here(holders) and type_here(holders) == 'hash' then
+    local info = redis.call('HGET', holders, token)
+    finished = redis.call('HEXISTS', holders, token .. ':kept') == 1
+    if info then
+      host, pid, since, fence, cmd = string.match(info,
+        '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
+      -- Without the note.
+      cmd = cmd and (string.match(cmd, '^(.-)\t\31') or cmd)
+    end
+  end
+end
+-- The shared holder being broken was the last one with a lease (shared/lease.lua): its
+-- release would announce it.
+local last_share = false
 if kind == 'string' then
   if redis.call('GET', lock) ~= token then
     return {0}
@@ -69,16 +102,18 @@ elseif kind == 'zset' then
   if not score or tonumber(score) <= now_ms then
     return {0}
   end
-  if here(holders) and type_here(holders) == 'hash' then
-    local info = redis.call('HGET', holders, token)
-    finished = redis.call('HEXISTS', holders, token .. ':kept') == 1
-    if info then
-      host, pid, since, fence, cmd = string.match(info,
-        '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
-      -- Without the note (semaphore/acquire.lua).
-      cmd = cmd and (string.match(cmd, '^(.-)\t\31') or cmd)
+  member_info()
+elseif kind == 'none' then
+  local score = redis.call('ZSCORE', shared, token)
+  if not score or tonumber(score) <= now_ms then
+    -- Another shared holder's lease lasts: held by another; else nobody holds it now.
+    if others_hold(shared, token, now_ms) then
+      return {0}
     end
+    return {-1}
   end
+  member_info()
+  last_share = not others_hold(shared, token, now_ms)
 else
   return not_a_lock(lock, lock, 'holds ' .. kind_words(kind))
 end
@@ -88,11 +123,16 @@ if not fence_str then
   return end_of_range
 end
 
--- The lock (or permit) goes.
+-- The lock (or permit, or share) goes.
 if kind == 'string' then
   redis.call('DEL', lock)
   if here(holder) then
     redis.call('DEL', holder)
+  end
+elseif kind == 'none' then
+  redis.call('ZREM', shared, token)
+  if here(holders) then
+    redis.call('HDEL', holders, token, token .. ':kept')
   end
 else
   redis.call('ZREM', lock, token)
@@ -141,9 +181,9 @@ if type_here(holds) == 'hash' then
 end
 
 -- Wake the waiters now (pcall: an ACL user without channel access still breaks).
-if kind == 'string' then
+if kind == 'string' or last_share then
   redis.pcall('PUBLISH', channel, whom_to_wake(queue, expiry))
-else
+elseif kind == 'zset' then
   redis.pcall('PUBLISH', channel, '1')
 end
 return {1, fence_str}

@@ -1,4 +1,4 @@
--- Prepended to both renew scripts, after reach.lua.
+-- Prepended to the renew scripts (mutex, --limit, --shared), after reach.lua.
 
 -- The reply for a token that no longer holds the lock: 0, or {0, 'host TAB ms'} when a
 -- `break` took it (break.lua left a mark for it), so that the holder can say who and when.

@@ -1,4 +1,4 @@
--- Prepended to the shared hold's renew.lua and release.lua, after reach.lua.
+-- Prepended to the shared hold's renew.lua and release.lua, and to break.lua, after reach.lua.
 
 -- The set of shared holders and their info live as long as the longest lease (acquire.lua
 -- does the same for a new holder). Keys out of reach (a migration) keep their own TTL.
