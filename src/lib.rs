@@ -27,7 +27,8 @@
 //!   protocol/      what a lock is in Redis: mutex, --limit semaphore, --shared holds, keys,
 //!                  status, Lua
 //!   topology/      how calls reach servers: one Lock over a route (one server, Sentinel,
-//!                  Cluster), and the Redlock quorum
+//!                  Cluster), and the Redlock quorum (quorum/: the lock path, the operator's
+//!                  and record calls, votes, tallies, nodes)
 //! cli.rs           the clap definition and nothing else (also feeds completions, man page)
 //! exit.rs          how a run ends, and each ending's exit code
 //! lease.rs         the lease clock (CLOCK_BOOTTIME deadlines, drift)

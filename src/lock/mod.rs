@@ -10,7 +10,7 @@
 //!   write and its WAIT in one pipeline); `topology/one_master.rs` is the lock wherever one
 //!   master holds the lock's slot, over a route to it: a fixed server (`single.rs`), the
 //!   master Sentinel names (`sentinel.rs`), the slot's master in a Redis Cluster
-//!   (`cluster.rs`); `topology/quorum.rs` is Redlock: the mutex on N independent masters.
+//!   (`cluster.rs`); `topology/quorum/` is Redlock: the mutex on N independent masters.
 //!
 //! `topology::Backend` names every backend; `open` picks one for a target. Adding a one-master
 //! topology means a route file under `topology/`, a variant of `Backend` and its URL form under

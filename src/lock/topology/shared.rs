@@ -1,4 +1,4 @@
-//! What both lock implementations (`one_master.rs` and `quorum.rs`) share, so that it is
+//! What both lock implementations (`one_master.rs` and `quorum/`) share, so that it is
 //! written once: the least time for a take-back, the lock-name backstop, and how a status
 //! pipeline's replies become a [`Status`] or a failure.
 

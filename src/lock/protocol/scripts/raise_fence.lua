@@ -1,6 +1,6 @@
 -- Redlock's fence write-back: raise the fence counter to the fence the run will use, but only
 -- while this node still holds our token, so that every later grant on this node counts from
--- it (see lock/topology/quorum.rs for why the maximum must be written back).
+-- it (see lock/topology/quorum/mod.rs for why the maximum must be written back).
 -- KEYS: lock. ARGV: fence counter, holder hash; then token, fence, fence counter ttl ms.
 -- Returns 1 when the token was there (the counter is now at least the fence), 0 otherwise;
 -- TRYAGAIN (reach.lua; Redlock's nodes are single servers, where every key is in reach).
