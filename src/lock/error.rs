@@ -408,6 +408,14 @@ fn how_to_give_a_password(server: &str) -> String {
         ),
         None => ("", rest),
     };
+    if user == "***" {
+        // A lone name before '@' (hidden: other clients take it for a password).
+        return format!(
+            "the URL has a user name and no password (a name alone before @ is a user name, \
+             not a password): give the password with --password-file FILE, or in the URL as \
+             {scheme}://USER:PASSWORD@{after} {encode}"
+        );
+    }
     let keep = if user.is_empty() {
         String::new()
     } else {
@@ -428,13 +436,16 @@ mod tests {
     fn a_missing_password_is_shown_where_it_goes() {
         let cases = [
             ("redis://h:6379", "redis://:PASSWORD@h:6379"),
-            ("redis://alice@h:6379/2", "redis://alice:PASSWORD@h:6379/2"),
             (
-                "rediss://alice@[::1]:6380",
+                "redis://alice:***@h:6379/2",
+                "redis://alice:PASSWORD@h:6379/2",
+            ),
+            (
+                "rediss://alice:***@[::1]:6380",
                 "rediss://alice:PASSWORD@[::1]:6380",
             ),
             (
-                "redis+sentinel://bob@s1,s2/m (master 10.0.0.1:6379)",
+                "redis+sentinel://bob:***@s1,s2/m (master 10.0.0.1:6379)",
                 "redis+sentinel://bob:PASSWORD@s1,s2/m",
             ),
             (
@@ -456,7 +467,11 @@ mod tests {
             assert!(how.contains(form), "{server}: {how}");
             assert!(how.contains("--password-file"), "{server}: {how}");
         }
-        assert!(how_to_give_a_password("redis://alice@h:1").contains("keep the user alice@"));
+        assert!(how_to_give_a_password("redis://alice:***@h:1").contains("keep the user alice@"));
+        // A lone name is shown hidden, and the hint never asks to keep it.
+        let lone = how_to_give_a_password("redis://***@h:1");
+        assert!(lone.contains("a user name and no password"), "{lone}");
+        assert!(lone.contains("redis://USER:PASSWORD@h:1"), "{lone}");
         assert!(!how_to_give_a_password("redis://h:1").contains("keep the user"));
     }
 }

@@ -158,15 +158,17 @@ fn a_missing_password_is_said_the_same_way_by_every_subcommand() {
     assert_eq!(redis.dbsize(), 0);
 }
 
-/// With a user name in the URL (`redis://alice@host:port`), the way to give the missing
-/// password keeps the user: it once suggested `redis://:PASSWORD@host:port`, which logs in
-/// as the default user instead.
+/// With a lone name in the URL (`redis://NAME@host:port`), the way to give the missing
+/// password names a user (not `redis://:PASSWORD@host:port`, which logs in as the default
+/// user), and the name is never shown: redis-cli reads a lone name there as a password.
 #[test]
-fn a_missing_password_keeps_the_user_of_the_url() {
+fn a_missing_password_with_a_lone_name_in_the_url() {
     let redis = RedisServer::start_with(&["--requirepass", "secret"]);
     let port = redis.port();
-    let url = format!("redis://alice@127.0.0.1:{port}");
-    let with_user = format!("redis://alice:PASSWORD@127.0.0.1:{port}");
+    // A lone name before '@' is hidden (other clients read it as a password) and the hint
+    // says it is a user name; the user is kept in the hint where the URL has user:password.
+    let url = format!("redis://Sekr3tPw@127.0.0.1:{port}");
+    let with_user = format!("redis://USER:PASSWORD@127.0.0.1:{port}");
     let forms: &[&[&str]] = &[
         &["--key", "k", "--", "true"],
         &["status", "--key", "k"],
@@ -178,11 +180,13 @@ fn a_missing_password_keeps_the_user_of_the_url() {
         let line = out.expect_one_line();
         for needle in [
             "requires a password and none was given",
-            "--password-file FILE (keep the user alice@ in the URL)",
+            "a user name and no password",
+            "--password-file FILE",
             with_user.as_str(),
         ] {
             assert!(line.contains(needle), "{args:?}: no {needle:?}\n{out}");
         }
+        assert!(!out.stderr.contains("Sekr3tPw"), "{args:?}\n{out}");
         assert!(!line.contains("redis://:PASSWORD"), "{args:?}\n{out}");
     }
 }

@@ -233,7 +233,9 @@ pub fn is_tls(info: &redis::ConnectionInfo) -> bool {
 /// `url` with every password replaced by `***`.
 ///
 /// An `@` may end the user part or stand in a query value (`?sentinel_password=a@b`), and a
-/// password may hold `?`: what either reading takes for a secret is hidden.
+/// password may hold `?`: what either reading takes for a secret is hidden. A user part
+/// without `:` is hidden whole: it is a user name here, but redis-cli and other clients read
+/// `redis://SECRET@host` as a password, so users coming from them write one there.
 pub fn redact(url: &str) -> String {
     let (scheme, rest) = match split_scheme(url) {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
@@ -244,8 +246,12 @@ pub fn redact(url: &str) -> String {
     // Reading 1: the user part runs up to the last `@`, the query follows the host.
     let after_user = match rest.rfind('@') {
         Some(at) => {
-            if let Some(colon) = rest[..at].find(':') {
-                hide(colon + 1, at);
+            match rest[..at].find(':') {
+                Some(colon) => hide(colon + 1, at),
+                // A lone name; with '/', '?' or '#' it is no user part (the '@' is in a
+                // query value, hidden below).
+                None if !rest[..at].contains(['/', '?', '#']) => hide(0, at),
+                None => {}
             }
             at + 1
         }
@@ -319,11 +325,16 @@ fn scrub(text: &str, url: &str) -> String {
     let Some(at) = rest.rfind('@') else {
         return text.to_owned();
     };
-    match rest[..at].split_once(':') {
-        Some((_, password)) if !password.is_empty() && text.contains(password) => {
-            text.replace(password, "***")
-        }
-        _ => text.to_owned(),
+    // As `redact`: a lone name before '@' is hidden as a password would be.
+    let secret = match rest[..at].split_once(':') {
+        Some((_, password)) => password,
+        None if !rest[..at].contains(['/', '?', '#']) => &rest[..at],
+        None => "",
+    };
+    if !secret.is_empty() && text.contains(secret) {
+        text.replace(secret, "***")
+    } else {
+        text.to_owned()
     }
 }
 
@@ -335,7 +346,8 @@ mod tests {
     fn redacts_passwords_whatever_they_hold() {
         assert_eq!(redact("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(redact("redis://u:p@h"), "redis://u:***@h");
-        assert_eq!(redact("redis://u@h"), "redis://u@h");
+        // A lone name: a user name here, a password to redis-cli.
+        assert_eq!(redact("redis://u@h"), "redis://***@h");
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
         assert_eq!(redact("rediss://u:p@ss@h/"), "rediss://u:***@h/");
         assert_eq!(redact("redis://:se/cret@h"), "redis://:***@h");
