@@ -271,6 +271,29 @@ fn release_without_the_hold_record_still_releases_and_a_runs_token_is_refused() 
     assert_eq!(read_trimmed(&dir.path().join("rc")), "4");
 }
 
+/// A hold record this tool did not write (not JSON; JSON without its fields) under the
+/// token: release refuses it (69) with its own words, never a Lua error, and leaves it and
+/// the lock as they were.
+#[test]
+fn a_corrupt_hold_record_is_refused_and_left_alone() {
+    let redis = RedisServer::start();
+    let w = Wrapper::on(&redis, "cj");
+    let token = "00000000-0000-4000-8000-000000000001";
+    redis.cli(&["SET", "redlock:cj", token, "PX", "60000"]);
+    for stored in ["notjson", r#"{"state":"held"}"#] {
+        redis.cli(&["HSET", "{redlock:cj}:holds", token, stored]);
+        let out = release(&w, token);
+        out.expect_code(69)
+            .expect_stderr_contains("unexpected reply to the hold record");
+        assert!(!out.stderr.contains("user_script"), "{out}");
+        assert_eq!(
+            redis.cli(&["HGET", "{redlock:cj}:holds", token]).trim(),
+            stored
+        );
+        assert_eq!(redis.get("redlock:cj").as_deref(), Some(token));
+    }
+}
+
 #[test]
 fn a_lock_deleted_under_the_keeper_ends_the_hold_and_release_says_why() {
     let redis = RedisServer::start();

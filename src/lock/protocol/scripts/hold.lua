@@ -76,7 +76,13 @@ if not stored then
   return false
 end
 if op == 'end' then
-  local record = cjson.decode(stored)
+  -- A record this script did not write (not JSON, or without its fields) is left as it is
+  -- and returned: the caller refuses it as an unexpected reply, never a Lua error.
+  local ok, record = pcall(cjson.decode, stored)
+  if not ok or type(record) ~= 'table' or type(record.state) ~= 'string'
+      or record.fence == nil or record.since_ms == nil or record.until_ms == nil then
+    return stored
+  end
   for from in string.gmatch(ARGV[7], '%S+') do
     if record.state == from then
       record.state = ARGV[5]
