@@ -324,12 +324,17 @@ fn clap_error(err: &clap::Error) -> u8 {
 /// The subcommand whose arguments clap refused (`None`: a run's), from the usage it quotes.
 fn failed_in(err: &clap::Error) -> Option<String> {
     use clap::error::{ContextKind, ContextValue};
+    let cmd = <Cli as clap::CommandFactory>::command();
     let Some(ContextValue::StyledStr(usage)) = err.get(ContextKind::Usage) else {
-        return None;
+        // clap gives no usage with some errors (a value missing: `list --name-prefix`): the
+        // first word of the command line, before a run's command, that names a subcommand.
+        return std::env::args()
+            .skip(1)
+            .take_while(|a| a != "--" && a != "-c")
+            .find_map(|a| cmd.find_subcommand(&a).map(|c| c.get_name().to_owned()));
     };
     let usage = usage.to_string();
     let word = usage.split_whitespace().nth(2)?;
-    let cmd = <Cli as clap::CommandFactory>::command();
     cmd.find_subcommand(word).map(|c| c.get_name().to_owned())
 }
 

@@ -115,6 +115,17 @@ pub fn target_from_args(conn: &ConnArgs) -> Result<Target, UsageError> {
             key.len()
         )));
     }
+    // Shown in every message, by status and by list: one line of visible text.
+    if let Some(c) = key
+        .chars()
+        .find(|c| c.is_control() || is_invisible_or_reordering(*c))
+    {
+        return Err(usage(format!(
+            "--key (with --prefix) holds U+{:04X}, a control or invisible character: a lock \
+             name is shown in messages, status and list, so it must be one line of visible text",
+            u32::from(c)
+        )));
+    }
     lock::check_name(&key).map_err(|e| usage(format!("--key: the lock name {key:?} {e}")))?;
     target_for(conn, key)
 }

@@ -30,6 +30,15 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
             "bad wait",
             vec!["--redis", &url, "--key", "k", "--wait", "soon"],
         ),
+        ("newline in the key", vec!["--redis", &url, "--key", "a\nb"]),
+        (
+            "tab in the prefix",
+            vec!["--redis", &url, "--key", "k", "--prefix", "p\t"],
+        ),
+        (
+            "bidirectional override in the key",
+            vec!["--redis", &url, "--key", "a\u{202E}b"],
+        ),
         (
             "heartbeat > ttl",
             vec![
@@ -526,4 +535,24 @@ fn done_exit_code_without_once_per_is_refused() {
     assert_eq!(lines.len(), 1, "{out}");
     assert!(lines[0].contains("--once-per"), "{out}");
     assert!(!dir.path().join("marker").exists(), "{out}");
+}
+
+/// A subcommand's option given without its value: the line ends with that subcommand's
+/// usage, not a run's (clap gives no usage with this error).
+#[test]
+fn a_missing_value_shows_the_subcommands_usage() {
+    for (args, usage) in [
+        (&["list", "--name-prefix"][..], "redlock-run list"),
+        (
+            &["break", "--key", "k", "--yes", "--host"][..],
+            "redlock-run break",
+        ),
+    ] {
+        let out = Wrapper::new().args(args).run();
+        out.expect_code(2);
+        let line = out.expect_one_line();
+        assert!(line.contains("a value is required"), "{line}");
+        assert!(line.contains(&format!("(Usage: {usage}")), "{line}");
+        assert!(!line.contains("-- <COMMAND>"), "{line}");
+    }
 }
