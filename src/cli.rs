@@ -512,7 +512,8 @@ pub struct ConnArgs {
     pub key: Option<String>,
 
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), valkey://,
-    /// unix:///path; redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db];
+    /// unix:///path[?pass=PASSWORD];
+    /// redis+sentinel://[user:password@]host1:26379,host2/MASTER_NAME[/db];
     /// redis+cluster://[user:password@]host1:6379,host2:6379 (seed nodes).
     /// Given 3 or more times (or several URLs separated by spaces in REDLOCK_REDIS):
     /// Redlock, one lock over independent masters.

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::exit::Ending;
 use crate::lock::target::Target;
-use crate::lock::{self, Cut, ListQuery, Listed, Lock, Status};
+use crate::lock::{self, Cut, Kept, ListQuery, Listed, Lock, Permit, Status};
 use crate::report::{Reporter, one_line};
 use crate::status::{StatusJson, json_of, print_out};
 
@@ -140,16 +140,10 @@ fn row(l: &Listed, local_now: u64) -> [String; 8] {
     let now = s.records.now_ms.unwrap_or(local_now);
     let (holder, acquired, ttl, permits) = match s.limit {
         Some(limit) => {
-            let first = s.permits.first();
-            let holder = match first {
-                None => "free".to_owned(),
-                Some(p) => {
-                    let who = who(p.host.as_deref(), p.pid);
-                    match s.permits.len() {
-                        1 => who,
-                        n => format!("{who} +{}", n - 1),
-                    }
-                }
+            let holder = if s.permits.is_empty() {
+                "free".to_owned()
+            } else {
+                holders_cell(&s.permits)
             };
             (
                 holder,
@@ -160,12 +154,7 @@ fn row(l: &Listed, local_now: u64) -> [String; 8] {
         }
         // --shared holders and no exclusive one: the first of them, and how many more.
         None if !s.shared.is_empty() && s.token.is_none() && !s.foreign => {
-            let first = &s.shared[0];
-            let who = who(first.host.as_deref(), first.pid);
-            let holder = match s.shared.len() {
-                1 => format!("shared: {who}"),
-                n => format!("shared: {who} +{}", n - 1),
-            };
+            let holder = format!("shared: {}", holders_cell(&s.shared));
             (
                 holder,
                 s.shared.iter().filter_map(|p| p.acquired_ms).min(),
@@ -221,7 +210,7 @@ fn holder_cell(s: &Status) -> String {
         if s.foreign {
             return "another client".to_owned();
         }
-        return who(s.host.as_deref(), s.pid);
+        return who_kept(s.host.as_deref(), s.pid, s.kept.as_ref());
     }
     let held_on = s
         .nodes
@@ -232,6 +221,40 @@ fn holder_cell(s: &Status) -> String {
         return format!("no quorum (held on {held_on} of {})", s.nodes.len());
     }
     "free".to_owned()
+}
+
+/// Several holders (`--limit` permits, `--shared` holders): one named, a running one first
+/// (a finished one kept by `--hold-at-least` is not what holds the lock busy at work), and
+/// how many more, saying how many of them finished: `web1 pid 7 +2 (1 finished)`.
+fn holders_cell(holders: &[Permit]) -> String {
+    let (kept, running): (Vec<&Permit>, Vec<&Permit>) =
+        holders.iter().partition(|p| p.kept.is_some());
+    let mut order = running.into_iter().chain(kept);
+    let Some(first) = order.next() else {
+        return "free".to_owned();
+    };
+    let named = who_kept(first.host.as_deref(), first.pid, first.kept.as_ref());
+    let rest: Vec<&Permit> = order.collect();
+    let finished = rest.iter().filter(|p| p.kept.is_some()).count();
+    match (rest.len(), finished) {
+        (0, _) => named,
+        (n, 0) => format!("{named} +{n}"),
+        (n, f) if f == n => format!("{named} +{n} finished"),
+        (n, f) => format!("{named} +{n} ({f} finished)"),
+    }
+}
+
+/// A holder, told as finished when its command has ended and `--hold-at-least` keeps the
+/// lock (as `status` tells it, shorter): `web1 pid 7 finished, kept to T`.
+fn who_kept(host: Option<&str>, pid: Option<u32>, kept: Option<&Kept>) -> String {
+    let who = who(host, pid);
+    match kept {
+        Some(kept) => format!(
+            "{who} finished, kept to {}",
+            crate::timestamp::seconds(kept.until_ms)
+        ),
+        None => who,
+    }
 }
 
 fn who(host: Option<&str>, pid: Option<u32>) -> String {
@@ -258,7 +281,7 @@ fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::{Permit, Records, RunRecord};
+    use crate::lock::{Records, RunRecord};
 
     #[test]
     fn rows_show_holder_age_ttl_queue_permits_and_last_run() {
@@ -327,6 +350,61 @@ mod tests {
         assert_eq!(
             table(&[]),
             "LOCK  HOLDER  AGE  TTL  QUEUE  PERMITS  PAUSED  LAST RUN"
+        );
+    }
+
+    /// A holder kept by --hold-at-least is told as finished; a running one is named first,
+    /// and the others are counted with how many of them finished.
+    #[test]
+    fn kept_holders_are_told_as_finished() {
+        let kept = Some(Kept {
+            finished_ms: 1_000,
+            until_ms: 61_000,
+        });
+        let holder = |pid: u32, kept: Option<Kept>| Permit {
+            host: Some("w".into()),
+            pid: Some(pid),
+            kept,
+            ..Permit::default()
+        };
+        let mutex = Status {
+            held: true,
+            host: Some("w".into()),
+            pid: Some(7),
+            kept,
+            ..Status::default()
+        };
+        assert_eq!(
+            holder_cell(&mutex),
+            "w pid 7 finished, kept to 1970-01-01T00:01:01Z"
+        );
+        assert_eq!(
+            holders_cell(&[holder(1, kept), holder(2, None)]),
+            "w pid 2 +1 finished"
+        );
+        assert_eq!(
+            holders_cell(&[holder(1, kept), holder(2, None), holder(3, None)]),
+            "w pid 2 +2 (1 finished)"
+        );
+        assert_eq!(
+            holders_cell(&[holder(1, kept), holder(3, kept)]),
+            "w pid 1 finished, kept to 1970-01-01T00:01:01Z +1 finished"
+        );
+        assert_eq!(
+            holders_cell(&[holder(1, None), holder(2, None)]),
+            "w pid 1 +1"
+        );
+        let shared = Listed {
+            name: "redlock:s".into(),
+            status: Ok(Status {
+                held: true,
+                shared: vec![holder(1, kept)],
+                ..Status::default()
+            }),
+        };
+        assert_eq!(
+            row(&shared, 0)[1],
+            "shared: w pid 1 finished, kept to 1970-01-01T00:01:01Z"
         );
     }
 }

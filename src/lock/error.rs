@@ -11,6 +11,9 @@ pub struct RedisFailure {
     pub server: String,
     detail: String,
     maybe_sent: bool,
+    /// A login to a sentinel, not to a data node: its password comes from the URL's
+    /// `sentinel_*` parameters, not from the user part or `--password-file`.
+    sentinel_login: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +107,7 @@ impl RedisFailure {
             server: server.to_owned(),
             detail,
             maybe_sent: kind == FailureKind::Unreachable && !err.is_connection_refusal(),
+            sentinel_login: false,
         }
     }
 
@@ -115,6 +119,18 @@ impl RedisFailure {
         )
     }
 
+    /// A login failure of a sentinel (`is_auth`): its hint points at the URL's `sentinel_*`
+    /// parameters, not at the user part or `--password-file` (the data nodes' login).
+    pub fn of_a_sentinel(mut self) -> Self {
+        self.sentinel_login = true;
+        self
+    }
+
+    /// Whether this is a sentinel's login failure (`of_a_sentinel`).
+    pub fn is_sentinel_login(&self) -> bool {
+        self.sentinel_login && self.is_auth()
+    }
+
     /// `server` refused the password given because it has none set (found out after the
     /// refusal: it answers without one). Nothing was sent but the login.
     pub fn password_not_set(server: &str) -> Self {
@@ -123,6 +139,7 @@ impl RedisFailure {
             server: server.to_owned(),
             detail: String::new(),
             maybe_sent: false,
+            sentinel_login: false,
         }
     }
 
@@ -132,6 +149,7 @@ impl RedisFailure {
             server: server.to_owned(),
             detail: format!("no reply to {what} in time"),
             maybe_sent: true,
+            sentinel_login: false,
         }
     }
 
@@ -143,6 +161,7 @@ impl RedisFailure {
             server: server.to_owned(),
             detail: detail.into(),
             maybe_sent: false,
+            sentinel_login: false,
         }
     }
 
@@ -155,6 +174,7 @@ impl RedisFailure {
                 "only {acked} of {wanted} replicas acknowledged the lock {key} within {timeout}"
             ),
             maybe_sent: true,
+            sentinel_login: false,
         }
     }
 
@@ -177,6 +197,7 @@ impl RedisFailure {
             server: server.into(),
             detail: detail.into(),
             maybe_sent,
+            sentinel_login: false,
         }
     }
 
@@ -207,6 +228,7 @@ impl RedisFailure {
                 "{which}, which the sentinels could promote, did not acknowledge the lock {key} within {timeout} (a grant a promoted replica lacks could be taken twice)"
             ),
             maybe_sent: true,
+            sentinel_login: false,
         }
     }
 
@@ -221,6 +243,7 @@ impl RedisFailure {
             server: server.to_owned(),
             detail: detail.into(),
             maybe_sent: true,
+            sentinel_login: false,
         }
     }
 
@@ -318,7 +341,13 @@ impl fmt::Display for RedisFailure {
             // The hint once: a failure of several servers (Redlock) quotes one that has it.
             FailureKind::Auth => {
                 write!(f, "Redis at {server} refused authentication ({detail})")?;
-                if !detail.contains("--password-file") {
+                if self.sentinel_login {
+                    write!(
+                        f,
+                        "; check sentinel_username and sentinel_password or \
+                         sentinel_password_file in the URL {SENTINEL_LOGIN}"
+                    )?;
+                } else if !detail.contains("--password-file") {
                     f.write_str("; check the password in the URL or --password-file")?;
                 }
                 Ok(())
@@ -328,7 +357,14 @@ impl fmt::Display for RedisFailure {
                     f,
                     "Redis at {server} requires a password and none was given ({detail})"
                 )?;
-                if !detail.contains("--password-file") {
+                if self.sentinel_login {
+                    write!(
+                        f,
+                        "; give the sentinels' password in the URL's query as \
+                         sentinel_password=PASSWORD {QUERY_ENCODE} or \
+                         sentinel_password_file=FILE {SENTINEL_LOGIN}"
+                    )?;
+                } else if !detail.contains("--password-file") {
                     write!(f, "; {}", how_to_give_a_password(server))?;
                 }
                 Ok(())
@@ -367,6 +403,10 @@ impl fmt::Display for RedisFailure {
 }
 
 impl std::error::Error for RedisFailure {}
+
+/// Where a sentinel's login does not come from.
+const SENTINEL_LOGIN: &str =
+    "(the URL's user part and --password-file are the data nodes' login, not the sentinels')";
 
 /// How a password in a URL's query must be written.
 const QUERY_ENCODE: &str = "(percent-encode & # + % in it)";
@@ -445,11 +485,11 @@ mod tests {
                 "rediss://alice:PASSWORD@[::1]:6380",
             ),
             (
-                "redis+sentinel://bob:***@s1,s2/m (master 10.0.0.1:6379)",
+                "redis+sentinel://bob:***@s1,s2/m (master 'm' at 10.0.0.1:6379)",
                 "redis+sentinel://bob:PASSWORD@s1,s2/m",
             ),
             (
-                "redis+sentinel://s1/m?sentinel_username=a@b (master h:1)",
+                "redis+sentinel://s1/m?sentinel_username=a@b (master 'm' at h:1)",
                 "redis+sentinel://:PASSWORD@s1/m?sentinel_username=a@b",
             ),
             (
@@ -473,5 +513,26 @@ mod tests {
         assert!(lone.contains("a user name and no password"), "{lone}");
         assert!(lone.contains("redis://USER:PASSWORD@h:1"), "{lone}");
         assert!(!how_to_give_a_password("redis://h:1").contains("keep the user"));
+    }
+
+    /// A sentinel's login is fixed in the URL's sentinel_* parameters: its hints never send
+    /// the user to the user part or --password-file (the data nodes').
+    #[test]
+    fn a_sentinel_login_points_at_the_sentinel_parameters() {
+        let missing =
+            RedisFailure::of_many(FailureKind::NoPassword, "sentinel h:1", "NOAUTH", false)
+                .of_a_sentinel()
+                .to_string();
+        assert!(missing.contains("none was given (NOAUTH)"), "{missing}");
+        assert!(missing.contains("sentinel_password=PASSWORD"), "{missing}");
+        assert!(!missing.contains("redis://"), "{missing}");
+        let refused = RedisFailure::of_many(FailureKind::Auth, "sentinel h:1", "WRONGPASS", false)
+            .of_a_sentinel()
+            .to_string();
+        assert!(refused.contains("check sentinel_username"), "{refused}");
+        assert!(
+            !refused.contains("check the password in the URL or"),
+            "{refused}"
+        );
     }
 }

@@ -422,3 +422,93 @@ fn list_shows_paused_locks_and_shared_holders() {
     reader.signal(nix::sys::signal::Signal::SIGTERM);
     reader.wait(secs(20));
 }
+
+/// A holder whose command finished and that `--hold-at-least` keeps is told as finished, as
+/// `status` tells it, for a mutex, a `--limit` permit and a `--shared` holder: never its
+/// exited pid as if it ran. A running holder beside it is named first (here its lease ends
+/// later, so it comes second in the server's order). `list --json` has the fields `status
+/// --json` has (`finished_ms`, `kept_until_ms`).
+#[test]
+fn list_tells_a_holder_kept_by_hold_at_least_as_finished() {
+    let redis = RedisServer::start();
+    let conn = on(&redis);
+    let dir = scratch();
+    for (key, args) in [
+        ("m", &["--hold-at-least", "60s"][..]),
+        ("p", &["--limit", "3", "--hold-at-least", "60s"]),
+        ("s", &["--shared", "--hold-at-least", "60s"]),
+    ] {
+        Wrapper::on(&redis, key)
+            .args(args)
+            .sh("true")
+            .run()
+            .expect_code(0);
+    }
+    let mut running = Vec::new();
+    for (key, args) in [
+        ("p", &["--limit", "3", "--ttl", "120s"][..]),
+        ("s", &["--shared", "--ttl", "120s"]),
+    ] {
+        let mut run = Wrapper::on(&redis, key)
+            .args(args)
+            .sh(&format!("echo $$ > {key}; exec sleep 120"))
+            .current_dir(dir.path())
+            .spawn();
+        run.child_pid(&dir.path().join(key), secs(20));
+        running.push(run);
+    }
+    let (permit, share) = (running[0].pid, running[1].pid);
+
+    let json = by_key(&list(&conn, &["--json"]));
+    // The kept holder's pid, and the running one's fields null.
+    let kept_pid = |holder: &Value| {
+        assert!(holder["kept_until_ms"].is_u64(), "{holder}");
+        assert!(holder["finished_ms"].is_u64(), "{holder}");
+        holder["pid"].as_u64().expect("pid")
+    };
+    let m = kept_pid(&json["redlock:m"]);
+    let split = |key: &str, field: &str, running: i32| {
+        let holders = json[key][field].as_array().expect("holders").clone();
+        assert_eq!(holders.len(), 2, "{key}: {holders:?}");
+        let (kept, live): (Vec<_>, Vec<_>) =
+            holders.iter().partition(|h| h["finished_ms"].is_u64());
+        assert_eq!(live.len(), 1, "{key}: {holders:?}");
+        assert_eq!(live[0]["pid"], running, "{key}: {holders:?}");
+        assert!(live[0]["kept_until_ms"].is_null(), "{key}: {holders:?}");
+        kept_pid(kept[0])
+    };
+    let p = split("redlock:p", "holders", permit);
+    let s = split("redlock:s", "shared_holders", share);
+
+    let text = list(&conn, &[]);
+    text.expect_code(0);
+    let row = |key: &str| {
+        text.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no row for {key}: {text}"))
+            .to_owned()
+    };
+    let host = hostname();
+    assert!(
+        row("redlock:m").contains(&format!("{host} pid {m} finished, kept to ")),
+        "{text}"
+    );
+    for (key, running, kept, shared) in [
+        ("redlock:p", permit, p, ""),
+        ("redlock:s", share, s, "shared: "),
+    ] {
+        let row = row(key);
+        assert!(
+            row.contains(&format!("{shared}{host} pid {running} +1 finished")),
+            "{key}: {text}"
+        );
+        assert!(!row.contains(&format!("pid {kept}")), "{key}: {text}");
+    }
+    for run in &running {
+        run.signal(nix::sys::signal::Signal::SIGTERM);
+    }
+    for run in running {
+        run.wait(secs(30));
+    }
+}

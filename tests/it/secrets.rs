@@ -211,3 +211,59 @@ fn a_url_bad_for_another_reason_names_it() {
         assert!(!out.stderr.contains("Xw7"), "{url}: password shown\n{out}");
     }
 }
+
+/// Several URLs in one `--redis` value are not blamed on the password's encoding: the line
+/// says the URL has a space and another URL in it, and how several masters are given. A
+/// `unix://` URL with a user part says that a socket's login goes in its query (the redis
+/// crate reads nothing else: `unix://:PW@localhost/path` dropped the password unsaid).
+#[test]
+fn several_urls_and_a_unix_user_part_say_what_to_write() {
+    for (url, says) in [
+        (
+            "redis://:Zq9Xw7Jm@127.0.0.1:1 redis://:Zq9Xw7Jm@127.0.0.1:2",
+            &[
+                "has a space in it",
+                "--redis option of its own",
+                "REDLOCK_REDIS",
+            ][..],
+        ),
+        (
+            "redis://127.0.0.1:1 redis://127.0.0.1:2 redis://127.0.0.1:3",
+            &["has a space in it", "--redis option of its own"],
+        ),
+        (
+            "redis://127.0.0.1:1,127.0.0.1:2",
+            &["redis+cluster://", "--redis option of its own"],
+        ),
+        (
+            "unix://:Zq9Xw7Jm@/tmp/x.sock",
+            &["unix:///tmp/x.sock?pass=PASSWORD", "--password-file"],
+        ),
+        (
+            "unix://:Zq9Xw7Jm@localhost/tmp/x.sock",
+            &[
+                "unix:///tmp/x.sock?pass=PASSWORD",
+                "user=USER&pass=PASSWORD",
+            ],
+        ),
+    ] {
+        let dir = scratch();
+        let out = Wrapper::new()
+            .args(["--redis", url, "--key", "k"])
+            .sh("touch ran")
+            .current_dir(dir.path())
+            .run();
+        out.expect_code(2);
+        let line = out.expect_one_line();
+        for what in says {
+            assert!(line.contains(what), "{url}: no {what:?}\n{out}");
+        }
+        assert!(
+            !line.contains("percent-encoded"),
+            "{url}: percent hint\n{out}"
+        );
+        assert!(!line.contains("IPv6"), "{url}: IPv6 hint\n{out}");
+        assert!(!out.stderr.contains("Xw7"), "{url}: password shown\n{out}");
+        assert!(!dir.path().join("ran").exists());
+    }
+}

@@ -344,6 +344,28 @@ fn passwords_for_data_nodes_and_sentinels_work_and_never_show() {
         }
         assert!(!dir.path().join("wrong").exists());
     }
+    // No sentinel password: said to be missing (not refused), and where it goes.
+    let out = Wrapper::new()
+        .args([
+            "--redis",
+            &inline.replace("?sentinel_password=Sq5Lm8Rv", ""),
+        ])
+        .args(["--key", "job"])
+        .sh("touch wrong")
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    let line = out.expect_one_line();
+    for what in [
+        "requires a password and none was given (NOAUTH)",
+        "sentinel_password=PASSWORD",
+        "sentinel_password_file=FILE",
+    ] {
+        assert!(line.contains(what), "{what}: {line}");
+    }
+    assert!(!line.contains("refused"), "{line}");
+    assert!(!line.contains("Dq7") && !line.contains("Pw3"), "{line}");
+    assert!(!dir.path().join("wrong").exists());
     // The sentinels themselves refuse a client without the password.
     assert!(cli_at(ports[0], None, &["SENTINEL", "MASTERS"]).is_none());
 }
@@ -483,4 +505,37 @@ fn renewals_follow_a_manual_failover_without_min_replicas() {
     assert!(a.is_running(), "{}", a.describe());
     fs::write(dir.path().join("go"), "").unwrap();
     a.wait(secs(15)).expect_code(0);
+}
+
+/// Data nodes that require a password, none given: the message says so (what a single server
+/// says for NOAUTH), names the master, and shows where a sentinel URL takes the password. It
+/// does not say a password was refused: none was sent.
+#[test]
+fn a_missing_data_password_is_named_as_missing() {
+    let set = SentinelSet::start_with(sentinel::Options {
+        replicas: 1,
+        data_password: Some("Dq7Pw3Xk"),
+        ..sentinel::Options::default()
+    });
+    let dir = scratch();
+    let out = set
+        .wrapper("job")
+        .sh("touch ran")
+        .current_dir(dir.path())
+        .run();
+    out.expect_code(69);
+    let line = out.expect_one_line();
+    assert!(!dir.path().join("ran").exists());
+    assert!(!line.contains("refused"), "{line}");
+    assert!(
+        line.contains("requires a password and none was given (NOAUTH)"),
+        "{line}"
+    );
+    assert!(line.contains(&format!("master '{MASTER_NAME}'")), "{line}");
+    let with_password = set
+        .url()
+        .replace("redis+sentinel://", "redis+sentinel://:PASSWORD@");
+    assert!(line.contains(&with_password), "{line}");
+    assert!(line.contains("--password-file"), "{line}");
+    assert!(!line.contains("Dq7"), "{line}");
 }

@@ -47,9 +47,38 @@ pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
              server's CA with --tls-ca-cert FILE instead"
         ));
     }
+    if scheme == "unix" || scheme.ends_with("+unix") {
+        let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+        if authority.contains('@') {
+            // The redis crate reads a socket's login from the query only: a user part
+            // would be dropped unsaid (or, with no host, refused as unparsable).
+            return Err(format!(
+                "--redis {shown}: {}",
+                unix_login(&scheme, &rest[authority.len()..], &shown)
+            ));
+        }
+    }
+    let after_user = rest.rfind('@').map_or(rest, |at| &rest[at + 1..]);
+    let host = after_user.split(['/', '?', '#']).next().unwrap_or_default();
+    if !scheme.ends_with("unix") && host.contains(',') {
+        // The redis crate takes `h1,h2` for one host name, which then does not resolve.
+        let cluster = if matches!(scheme.as_str(), "rediss" | "valkeys") {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        return Err(format!(
+            "--redis {shown}: several hosts in one {scheme}:// URL; for a Redis Cluster write \
+             {cluster}://HOST1:PORT,HOST2:PORT; otherwise {SEVERAL}"
+        ));
+    }
     let normalized = format!("{scheme}://{rest}");
     redis::IntoConnectionInfo::into_connection_info(normalized.as_str()).map_err(|e| {
-        let why = if password_may_split(rest) {
+        let why = if rest.split_whitespace().skip(1).any(has_scheme) {
+            // Several URLs in one value: the space and the second `scheme://` break it, not
+            // a password.
+            format!("the URL has a space in it, and another URL after it; {SEVERAL}")
+        } else if password_may_split(rest) {
             // A password with `/`, `#` or `?` in it splits the URL in the wrong place: what
             // the parser then says is about pieces of it, so it is not quoted.
             "cannot parse URL; a password holding / # ? or @ must be percent-encoded \
@@ -61,6 +90,28 @@ pub fn parse_server(url: &str) -> Result<redis::ConnectionInfo, String> {
         };
         format!("--redis {shown}: {why}")
     })
+}
+
+/// How several servers are given (Redlock), where one `--redis` value names more than one.
+const SEVERAL: &str = "give each Redlock master as a --redis option of its own (--redis URL1 \
+     --redis URL2 --redis URL3, or an array in the config file); only REDLOCK_REDIS takes \
+     several URLs, separated by spaces";
+
+/// What a socket URL with a user part (`unix://:PW@/path`) must be written as: the login in
+/// its query. `after` is the URL after its authority (the path and query); only what
+/// `shown` shows of the path is quoted.
+fn unix_login(scheme: &str, after: &str, shown: &str) -> String {
+    let path = after.split(['?', '#']).next().unwrap_or_default();
+    let path = if path.trim_matches('/').is_empty() || !shown.contains(path) {
+        "/run/redis.sock"
+    } else {
+        path
+    };
+    format!(
+        "a socket URL takes no USER:PASSWORD@ (it would be ignored); give the login in its \
+         query, as {scheme}://{path}?pass=PASSWORD or ?user=USER&pass=PASSWORD (percent-encode \
+         & # + % in it), or the password with --password-file"
+    )
 }
 
 /// Whether the user part of `rest` (the URL after `scheme://`, up to its last `@`) holds a
@@ -417,6 +468,39 @@ mod tests {
             assert!(e.contains("percent-encoded"), "{url}: {e}");
             assert!(!e.contains("cret"), "{url}: {e}");
         }
+    }
+
+    /// Several URLs or hosts in one value, and a socket URL with a user part, say how to
+    /// write them, never a password.
+    #[test]
+    fn several_urls_and_socket_logins_are_named() {
+        let why = |url: &str| parse_server(url).unwrap_err();
+        for (url, says) in [
+            (
+                "redis://:s3cret@h:1 redis://:s3cret@h:2",
+                "has a space in it, and another URL",
+            ),
+            ("redis://h:1\tvalkey://h:2", "another URL"),
+            ("redis://h1,h2:6379", "redis+cluster://HOST1:PORT"),
+            ("rediss://u:s3cret@h1:1,h2:2", "rediss+cluster://"),
+            (
+                "unix://:s3cret@/tmp/x.sock",
+                "unix:///tmp/x.sock?pass=PASSWORD",
+            ),
+            (
+                "redis+unix://u:s3cret@localhost/tmp/x.sock?db=1",
+                "redis+unix:///tmp/x.sock?pass=PASSWORD",
+            ),
+            ("unix://s3cret@/", "unix:///run/redis.sock?pass=PASSWORD"),
+        ] {
+            let e = why(url);
+            assert!(e.contains(says), "{url}: {e}");
+            assert!(!e.contains("percent-encoded"), "{url}: {e}");
+            assert!(!e.contains("s3cret"), "{url}: {e}");
+        }
+        // An '@' in a socket's path is no user part; a space in a password is no second URL.
+        assert!(parse_server("unix:///run/user@1000/redis.sock").is_ok());
+        assert!(parse_server("redis://:se cret@h:1").is_ok());
     }
 
     #[test]

@@ -273,11 +273,7 @@ impl Sentinel {
         let shown = format!("sentinel {}", addr(host, port));
         let failure = |e: redis::RedisError| {
             let f = RedisFailure::from_redis(&e, &shown).not_sent();
-            if f.is_auth() {
-                f.with_hint(" (a sentinel's own login comes from sentinel_username and sentinel_password or sentinel_password_file in the URL)")
-            } else {
-                f
-            }
+            if f.is_auth() { f.of_a_sentinel() } else { f }
         };
         let settings = self.spec.sentinel_auth.clone().set_skip_set_lib_name();
         let info = ConnectionAddr::Tcp(host.to_owned(), port)
@@ -353,7 +349,12 @@ impl Sentinel {
 
     /// A server for the data node at `host:port`, with the URL's login, database and TLS.
     fn data_node(&self, host: &str, port: u16) -> Result<Server, RedisFailure> {
-        let shown = format!("{} (master {})", self.shown, addr(host, port));
+        let shown = format!(
+            "{} (master '{}' at {})",
+            self.shown,
+            self.spec.master,
+            addr(host, port)
+        );
         let address = if self.spec.tls {
             ConnectionAddr::TcpTls {
                 host: host.to_owned(),
@@ -371,8 +372,18 @@ impl Sentinel {
         Server::new(&info, &self.tls, &shown)
     }
 
-    /// Every sentinel failed: one failure that says why, for each of them.
-    fn no_master(&self, failures: Vec<RedisFailure>) -> RedisFailure {
+    /// Every sentinel failed: one failure that says why, for each of them. A refused or
+    /// missing login says it alone, as a single server's would (a master's first: the
+    /// sentinel that named it worked): the other sentinels' answers ("names it again") would
+    /// only bury it, and nothing is to be fixed but the login.
+    fn no_master(&self, mut failures: Vec<RedisFailure>) -> RedisFailure {
+        let login = failures
+            .iter()
+            .position(|f| f.is_auth() && !f.is_sentinel_login())
+            .or_else(|| failures.iter().position(RedisFailure::is_auth));
+        if let Some(i) = login {
+            return failures.swap_remove(i).not_sent();
+        }
         let reasons = failures
             .iter()
             .map(|f| f.to_string())
@@ -382,13 +393,11 @@ impl Sentinel {
             "no sentinel named a usable master '{}' ({reasons})",
             self.spec.master
         );
-        // A refused login or command, or a name no sentinel knows, will not mend by itself:
+        // A refused command, or a name no sentinel knows, will not mend by itself:
         // not worth another try.
         let any = |kind| failures.iter().any(|f| f.kind == kind);
         let mut failure = RedisFailure::unexpected(&self.shown, detail).not_sent();
-        failure.kind = if failures.iter().any(RedisFailure::is_auth) {
-            FailureKind::Auth
-        } else if any(FailureKind::NoPermission) {
+        failure.kind = if any(FailureKind::NoPermission) {
             FailureKind::NoPermission
         } else if failures.iter().all(|f| f.kind == FailureKind::Other) {
             FailureKind::Other
