@@ -68,13 +68,27 @@ const FAMILIES: [(&str, &str, &str); 7] = [
     (RUNS, "counter", "Runs on this host, by outcome."),
 ];
 
-/// What one key has in the file.
+/// What one key has in the file. Arrays, not maps: a family is its index in [`FAMILIES`] and
+/// an outcome its index in [`Outcome::ALL`] (two more `BTreeMap` types cost ~6 KB of code).
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Series {
-    /// Gauges without an `outcome` label, by family.
-    gauges: BTreeMap<&'static str, f64>,
+    /// Gauges without an `outcome` label, by family (the entries of `LAST_OUTCOME` and
+    /// `RUNS` stay `None`).
+    gauges: [Option<f64>; FAMILIES.len()],
     last_outcome: Option<Outcome>,
-    runs: BTreeMap<Outcome, f64>,
+    /// Runs by outcome (0 for one not counted yet).
+    runs: [f64; Outcome::ALL.len()],
+}
+
+impl Series {
+    fn gauge(&mut self, family: &str) -> &mut Option<f64> {
+        let i = FAMILIES.iter().position(|f| f.0 == family).unwrap_or(0);
+        &mut self.gauges[i]
+    }
+
+    fn runs_of(&mut self, outcome: Outcome) -> &mut f64 {
+        &mut self.runs[outcome as usize]
+    }
 }
 
 /// `--metrics-file PATH` checked before Redis is contacted: not a directory, in a directory
@@ -160,26 +174,24 @@ pub fn write(path: &Path, run: &Run) -> Result<(), String> {
 }
 
 fn update(series: &mut Series, run: &Run) {
-    series.gauges.insert(START, unix_seconds(run.started));
-    series.gauges.insert(END, unix_seconds(run.ended));
-    series
-        .gauges
-        .insert(DURATION, run.duration().as_millis() as f64 / 1000.0);
-    series.gauges.insert(EXIT_CODE, f64::from(run.exit_code));
+    *series.gauge(START) = Some(unix_seconds(run.started));
+    *series.gauge(END) = Some(unix_seconds(run.ended));
+    *series.gauge(DURATION) = Some(run.duration().as_millis() as f64 / 1000.0);
+    *series.gauge(EXIT_CODE) = Some(f64::from(run.exit_code));
     if let Some(ms) = run.last_success_ms {
         // Never backwards: a record read from a node that missed the newest write, or an
         // expired record, does not undo what the file already knew.
         let at = ms as f64 / 1000.0;
-        let known = series.gauges.get(LAST_SUCCESS).copied().unwrap_or(0.0);
-        series.gauges.insert(LAST_SUCCESS, at.max(known));
+        let known = series.gauge(LAST_SUCCESS).unwrap_or(0.0);
+        *series.gauge(LAST_SUCCESS) = Some(at.max(known));
     }
     series.last_outcome = Some(run.outcome);
-    *series.runs.entry(run.outcome).or_insert(0.0) += 1.0;
+    *series.runs_of(run.outcome) += 1.0;
 }
 
 fn render(all: &BTreeMap<String, Series>) -> String {
     let mut out = String::new();
-    for (family, kind, help) in FAMILIES {
+    for (index, (family, kind, help)) in FAMILIES.into_iter().enumerate() {
         let mut samples = String::new();
         for (key, series) in all {
             let key = escape(key);
@@ -200,7 +212,7 @@ fn render(all: &BTreeMap<String, Series>) -> String {
                 RUNS => {
                     // Every outcome from 0, so that increase() sees the first of each.
                     for o in Outcome::ALL {
-                        let v = series.runs.get(&o).copied().unwrap_or(0.0);
+                        let v = series.runs[o as usize];
                         let _ = writeln!(
                             samples,
                             "{family}{{key=\"{key}\",outcome=\"{}\"}} {}",
@@ -210,8 +222,8 @@ fn render(all: &BTreeMap<String, Series>) -> String {
                     }
                 }
                 _ => {
-                    if let Some(v) = series.gauges.get(family) {
-                        let _ = writeln!(samples, "{family}{{key=\"{key}\"}} {}", number(*v));
+                    if let Some(v) = series.gauges[index] {
+                        let _ = writeln!(samples, "{family}{{key=\"{key}\"}} {}", number(v));
                     }
                 }
             }
@@ -274,14 +286,10 @@ fn parse(text: &str) -> BTreeMap<String, Series> {
         let Some(key) = key else { continue };
         let series = all.entry(key).or_default();
         match (family, outcome) {
-            (RUNS, Some(o)) => {
-                series.runs.insert(o, value);
-            }
+            (RUNS, Some(o)) => *series.runs_of(o) = value,
             (LAST_OUTCOME, Some(o)) if value == 1.0 => series.last_outcome = Some(o),
             (LAST_OUTCOME | RUNS, _) => {}
-            (family, _) => {
-                series.gauges.insert(family, value);
-            }
+            (family, _) => *series.gauge(family) = Some(value),
         }
     }
     all
@@ -361,7 +369,7 @@ mod tests {
         );
         let text = render(&all);
         assert_eq!(render(&parse(&text)), text);
-        assert_eq!(parse(&text)["k2"].runs[&Outcome::Busy], 2.0);
+        assert_eq!(parse(&text)["k2"].runs[Outcome::Busy as usize], 2.0);
         assert!(
             text.contains("redlock_run_runs_total{key=\"k2\",outcome=\"busy\"} 2\n"),
             "{text}"
@@ -385,6 +393,13 @@ mod tests {
     }
 
     #[test]
+    fn an_outcome_is_its_index_in_all() {
+        for (i, o) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(o as usize, i, "{o:?}");
+        }
+    }
+
+    #[test]
     fn the_last_success_never_goes_back() {
         let mut s = Series::default();
         let mut r = run("k", Outcome::Succeeded);
@@ -394,6 +409,6 @@ mod tests {
         update(&mut s, &r);
         r.last_success_ms = None;
         update(&mut s, &r);
-        assert_eq!(s.gauges[LAST_SUCCESS], 2000.0);
+        assert_eq!(*s.gauge(LAST_SUCCESS), Some(2000.0));
     }
 }

@@ -21,7 +21,7 @@
 //! on their way; each has [`REQUEST_TIMEOUT`] for connecting, sending and its reply. A monitor
 //! that is down, slow or refusing is a warning, never another exit code.
 
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::http::{self, Scheme};
@@ -172,12 +172,61 @@ struct Sent {
     result: Result<u16, String>,
 }
 
+/// What the run and its ping thread share: the pings to send (in order), and how those
+/// sent went. A mutex and a condition variable rather than two `mpsc` channels: each channel
+/// type costs ~9 KB of code, and the wrapper's log sink already links the locks.
+#[derive(Default)]
+struct Queue {
+    /// (request target, body), first to send first.
+    pings: Vec<(String, Vec<u8>)>,
+    sent: Vec<Sent>,
+    /// No more pings come (the thread ends once it sent those queued).
+    closed: bool,
+    /// Nobody waits for the results any more: the thread ends after the ping it sends.
+    abandoned: bool,
+}
+
+type Shared = Arc<(Mutex<Queue>, Condvar)>;
+
+fn lock(shared: &Shared) -> MutexGuard<'_, Queue> {
+    shared.0.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The ping thread: send what is queued, one after the other, until closed or abandoned.
+fn send_queued(url: &PingUrl, shared: &Shared) {
+    loop {
+        let (target, body) = {
+            let mut queue = lock(shared);
+            loop {
+                if queue.abandoned {
+                    return;
+                }
+                if !queue.pings.is_empty() {
+                    break queue.pings.remove(0);
+                }
+                if queue.closed {
+                    return;
+                }
+                queue = shared.1.wait(queue).unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let result = http::post(url, &target, &body, deadline);
+        let what = target.split('?').next().unwrap_or_default().to_owned();
+        let mut queue = lock(shared);
+        if queue.abandoned {
+            return;
+        }
+        queue.sent.push(Sent { what, result });
+        shared.1.notify_all();
+    }
+}
+
 /// The pings of one run, sent by a thread of their own (started with the first ping).
 pub struct Pinger {
     url: PingUrl,
     rid: String,
-    tx: Option<Sender<(String, Vec<u8>)>>,
-    done: Option<Receiver<Sent>>,
+    shared: Option<Shared>,
     sent: usize,
 }
 
@@ -186,83 +235,79 @@ impl Pinger {
         Pinger {
             url,
             rid: uuid::Uuid::new_v4().to_string(),
-            tx: None,
-            done: None,
+            shared: None,
             sent: 0,
         }
     }
 
     /// Hand a ping to the thread; never blocks.
     pub fn send(&mut self, suffix: &str, body: Vec<u8>) {
-        if self.tx.is_none() {
-            let (tx, rx) = channel::<(String, Vec<u8>)>();
-            let (done_tx, done_rx) = channel::<Sent>();
+        if self.shared.is_none() {
+            let shared = Shared::default();
             let url = self.url.clone();
+            let theirs = Arc::clone(&shared);
             let started = std::thread::Builder::new()
                 .name("ping".into())
-                .spawn(move || {
-                    for (target, body) in rx {
-                        let deadline = Instant::now() + REQUEST_TIMEOUT;
-                        let result = http::post(&url, &target, &body, deadline);
-                        let what = target.split('?').next().unwrap_or_default().to_owned();
-                        if done_tx.send(Sent { what, result }).is_err() {
-                            return;
-                        }
-                    }
-                });
+                .spawn(move || send_queued(&url, &theirs));
             if started.is_err() {
                 return;
             }
-            self.tx = Some(tx);
-            self.done = Some(done_rx);
+            self.shared = Some(shared);
         }
         let target = self.url.target(suffix, &self.rid);
-        if let Some(tx) = &self.tx
-            && tx.send((target, body)).is_ok()
-        {
+        if let Some(shared) = &self.shared {
+            lock(shared).pings.push((target, body));
+            shared.1.notify_all();
             self.sent += 1;
         }
     }
 
     /// Wait at most `within` for the pings on their way; the warnings to say.
-    pub fn finish(self, within: Duration) -> Vec<String> {
-        let Pinger {
-            url,
-            tx,
-            done,
-            sent,
-            ..
-        } = self;
-        drop(tx);
-        let Some(done) = done else {
+    pub fn finish(mut self, within: Duration) -> Vec<String> {
+        let Some(shared) = self.shared.take() else {
             return Vec::new();
         };
+        let url = &self.url;
+        let sent = self.sent;
         let until = Instant::now() + within;
         let mut warnings = Vec::new();
         let mut answered = 0;
-        while answered < sent {
-            let left = until.saturating_duration_since(Instant::now());
-            let Ok(s) = done.recv_timeout(left) else {
-                break;
-            };
-            answered += 1;
-            let what = match s.what.strip_prefix(&url.path) {
-                Some("") => "the success ping".to_owned(),
-                Some(suffix) => format!("the {suffix} ping"),
-                None => "a ping".to_owned(),
-            };
-            match s.result {
-                Ok(status) if (200..300).contains(&status) => {}
-                Ok(status) => warnings.push(format!(
-                    "the monitor at {} answered {what} with HTTP {status}",
-                    url.shown()
-                )),
-                Err(e) => warnings.push(format!(
-                    "could not send {what} to the monitor at {}: {e}",
-                    url.shown()
-                )),
+        let mut queue = lock(&shared);
+        queue.closed = true;
+        shared.1.notify_all();
+        loop {
+            for s in std::mem::take(&mut queue.sent) {
+                answered += 1;
+                let what = match s.what.strip_prefix(&url.path) {
+                    Some("") => "the success ping".to_owned(),
+                    Some(suffix) => format!("the {suffix} ping"),
+                    None => "a ping".to_owned(),
+                };
+                match s.result {
+                    Ok(status) if (200..300).contains(&status) => {}
+                    Ok(status) => warnings.push(format!(
+                        "the monitor at {} answered {what} with HTTP {status}",
+                        url.shown()
+                    )),
+                    Err(e) => warnings.push(format!(
+                        "could not send {what} to the monitor at {}: {e}",
+                        url.shown()
+                    )),
+                }
             }
+            let left = until.saturating_duration_since(Instant::now());
+            if answered >= sent || left.is_zero() {
+                break;
+            }
+            queue = shared
+                .1
+                .wait_timeout(queue, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
+        queue.abandoned = true;
+        shared.1.notify_all();
+        drop(queue);
         if answered < sent {
             warnings.push(format!(
                 "the monitor at {} did not answer {} ping{} within {}; not waiting longer",
@@ -273,6 +318,18 @@ impl Pinger {
             ));
         }
         warnings
+    }
+}
+
+impl Drop for Pinger {
+    /// Dropped without [`Pinger::finish`]: the thread sends no more pings.
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            let mut queue = lock(&shared);
+            queue.closed = true;
+            queue.abandoned = true;
+            shared.1.notify_all();
+        }
     }
 }
 
