@@ -642,7 +642,7 @@ impl Cluster {
 fn answered<T>(reply: T, node: &Server) -> Answered<T> {
     Answered {
         reply,
-        by: node.shown().to_owned(),
+        by: node.shown_rc(),
     }
 }
 

@@ -19,6 +19,7 @@
 //!   for the take-back), release and status within the connect timeout, renewals within the
 //!   lease; plus the replica wait with `--min-replicas`.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use redis::{Pipeline, Value};
@@ -91,10 +92,11 @@ pub trait Route {
     async fn list(&self, query: &ListQuery) -> Result<Listing, RedisFailure>;
 }
 
-/// A reply, and the server a message about it names.
+/// A reply, and the server a message about it names (shared with the route's own name, not
+/// copied for every call).
 pub struct Answered<T> {
     pub reply: T,
-    pub by: String,
+    pub by: Rc<str>,
 }
 
 /// What a route got for an acquire.

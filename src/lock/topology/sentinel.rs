@@ -66,7 +66,7 @@ pub async fn open(
     let node = Sentinel {
         spec: spec.clone(),
         tls: target.tls.clone(),
-        shown: target.redis_shown.clone(),
+        shown: Rc::from(target.redis_shown.as_str()),
         master: RefCell::new(None),
         first: Cell::new(0),
         heard: Cell::new(false),
@@ -88,8 +88,8 @@ pub async fn open(
 pub struct Sentinel {
     spec: SentinelSpec,
     tls: Tls,
-    /// The `--redis` URL, redacted.
-    shown: String,
+    /// The `--redis` URL, redacted (shared with every reply that names it).
+    shown: Rc<str>,
     /// The master in use: named by a sentinel, confirmed by ROLE, and not failed since.
     master: RefCell<Option<InUse>>,
     /// The sentinel that answered last, asked first next time.

@@ -43,8 +43,9 @@ pub struct Server {
     resp3: RefCell<Option<redis::Client>>,
     /// The subscription every new connection carries, while its notices are read.
     push: RefCell<Option<Push>>,
-    /// The URL with any password replaced by `***`, for messages.
-    shown: String,
+    /// The URL with any password replaced by `***`, for messages (shared with every reply
+    /// that names this server).
+    shown: Rc<str>,
     /// The connection in use, if one is open and trusted.
     conn: RefCell<Option<Open>>,
     /// The number the next connection opened gets.
@@ -108,7 +109,7 @@ impl Server {
             client,
             resp3: RefCell::new(resp3),
             push: RefCell::new(None),
-            shown: shown.to_owned(),
+            shown: Rc::from(shown),
             conn: RefCell::new(None),
             opened: Cell::new(0),
             no_client_cert,
@@ -120,6 +121,11 @@ impl Server {
 
     pub fn shown(&self) -> &str {
         &self.shown
+    }
+
+    /// `shown`, shared: a reply's name for its server without a copy.
+    pub fn shown_rc(&self) -> Rc<str> {
+        Rc::clone(&self.shown)
     }
 
     /// Open the connection now, so that an unreachable server is reported before anything

@@ -71,7 +71,7 @@ impl Server {
     fn answered<T>(&self, reply: T) -> Answered<T> {
         Answered {
             reply,
-            by: self.shown().to_owned(),
+            by: self.shown_rc(),
         }
     }
 }
