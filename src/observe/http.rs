@@ -18,16 +18,7 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::ping::PingUrl;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    Http,
-    Https,
-}
-
-/// Whether this build speaks TLS (feature `tls`).
-pub const HAS_TLS: bool = cfg!(feature = "tls");
+use super::url::{PingUrl, Scheme};
 
 /// The longest status line (and CONNECT reply header) read.
 const MOST_HEAD: usize = 8192;

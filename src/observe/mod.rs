@@ -1,6 +1,6 @@
 //! Watching runs from outside (issue 23): `--metrics-file` writes the node_exporter textfile
 //! format ([`metrics`]), `--ping` speaks the healthchecks.io protocol to a cron monitor
-//! ([`ping`], over the small HTTP/1.1 client in [`http`]), and `--ping-output N` keeps the
+//! ([`ping`], over the small HTTP/1.1 client in [`http`], to the monitor's [`url`]), and `--ping-output N` keeps the
 //! last lines of the command's output for the final ping ([`capture`]).
 //!
 //! The supervisor tells this module what happened ([`Run`]); nothing here can change how a
@@ -11,6 +11,7 @@ mod capture;
 mod http;
 pub mod metrics;
 pub mod ping;
+mod url;
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -26,7 +27,7 @@ const MOST_OUTPUT_LINES: u32 = 1000;
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     pub metrics_file: Option<PathBuf>,
-    pub ping: Option<ping::PingUrl>,
+    pub ping: Option<url::PingUrl>,
     /// Lines of output for the final ping (0: none).
     pub ping_output: u32,
 }
@@ -40,7 +41,7 @@ impl Settings {
             None => None,
         };
         let ping = match &run.ping {
-            Some(url) => Some(ping::PingUrl::parse(url).map_err(|e| format!("--ping: {e}"))?),
+            Some(url) => Some(url::PingUrl::parse(url).map_err(|e| format!("--ping: {e}"))?),
             None => None,
         };
         let ping_output = run.ping_output.unwrap_or(0);

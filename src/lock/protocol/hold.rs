@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::keys::Keys;
-use super::mutex::millis;
+use super::script::millis;
 use super::script::{Lua, ScriptCall};
 
 /// How long a hold's record is kept after the hold ended (or after its --max-hold deadline):

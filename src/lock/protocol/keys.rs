@@ -22,6 +22,13 @@
 //! `tests::no_lock_key_equals_a_companion_of_another_lock` checks both over every short name
 //! built from the characters that matter.
 
+use std::time::Duration;
+
+/// How long the fence counter outlives the last acquisition. Losing it is harmless (the
+/// server clock carries the fence on, see acquire.lua); keeping it forever would leave one key
+/// behind for every lock name ever used.
+pub(super) const FENCE_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// The suffixes of companion keys. A new companion is added here, so the collision rule and
 /// its test cover it at once.
 pub const COMPANIONS: &[&str] = &[

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::keys::{BadName, Keys};
+use super::keys::{BadName, FENCE_KEEP, Keys};
 use super::operator::{parse_mark, paused_from};
 use super::record::{self, Finished};
 use super::script::{Lua, ScriptCall};
+use super::script::{millis, text};
 use crate::lock::{Broken, Holder, HolderInfo, Kept, Released, Waiter};
 
 static ACQUIRE: Lua = Lua::new(concat!(
@@ -57,11 +58,6 @@ static RAISE_FENCE: Lua = Lua::new(concat!(
 /// How long a cancelled acquire attempt is remembered: far longer than a request can linger
 /// in TCP retransmissions or a middlebox after its connection was given up.
 pub(super) const CANCEL_KEEP: Duration = Duration::from_secs(10 * 60);
-
-/// How long the fence counter outlives the last acquisition. Losing it is harmless (the
-/// server clock carries the fence on, see acquire.lua); keeping it forever would leave one key
-/// behind for every lock name ever used.
-pub(super) const FENCE_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// What one acquire script found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,10 +254,6 @@ pub fn keep_place(k: &Keys, waiter: &Waiter) -> ScriptCall {
     .needing_moved(&[&k.queue_expiry])
 }
 
-pub(super) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// `{1, fence}` when acquired, `{0, pttl, host, pid, acquired_ms, queued, place,
 /// finished_ms, kept_until_ms, pause reason, pause host, pause until_ms, shared holders}` when
 /// busy (the fields after `place` may be missing or empty); `{2}` (an
@@ -353,15 +345,6 @@ pub fn parse_release(reply: &Value) -> Option<Released> {
         Value::Int(1) => Some(Released::Released),
         Value::Int(0) => Some(Released::HeldByOther),
         Value::Int(-1) => Some(Released::Gone),
-        _ => None,
-    }
-}
-
-pub(super) fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(n) => Some(n.to_string()),
         _ => None,
     }
 }

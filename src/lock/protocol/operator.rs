@@ -8,10 +8,11 @@ use std::time::Duration;
 use redis::Value;
 
 use super::hold;
+use super::keys::FENCE_KEEP;
 use super::keys::Keys;
-use super::mutex::{FENCE_KEEP, millis, text};
 use super::record::RETENTION;
 use super::script::{Lua, ScriptCall};
+use super::script::{millis, text};
 use crate::lock::{BreakOutcome, Broken, Paused};
 
 static BREAK: Lua = Lua::new(concat!(

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::hold;
 use super::keys::Keys;
-use super::mutex::millis;
+use super::script::millis;
 use super::script::{Lua, ScriptCall};
 
 /// How long a record is kept after it was written: 40 days, longer than the longest

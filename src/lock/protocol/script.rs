@@ -1,6 +1,8 @@
 //! A Lua script, and one call of it as a topology sends it: EVALSHA, or EVAL when the server
 //! does not have the script cached.
 
+use std::time::Duration;
+
 use super::sha1::sha1_hex;
 
 /// A Lua script, known by its source and its SHA1.
@@ -134,6 +136,21 @@ impl ScriptCall {
         let mut cmd = redis::cmd(name);
         cmd.arg(script).arg(1).arg(&self.key).arg(&self.args);
         cmd
+    }
+}
+
+/// A duration as the whole milliseconds a script's ARGV carries.
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A script reply's value as text (a bulk or simple string, or a number).
+pub(super) fn text(v: &redis::Value) -> Option<String> {
+    match v {
+        redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        redis::Value::Int(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 

@@ -12,8 +12,9 @@
 use std::time::Duration;
 
 use super::keys::Keys;
-use super::mutex::{CANCEL_KEEP, acquire_args, millis};
+use super::mutex::{CANCEL_KEEP, acquire_args};
 use super::record::{self, Finished};
+use super::script::millis;
 use super::script::{Lua, ScriptCall};
 use crate::lock::HolderInfo;
 

@@ -4,9 +4,9 @@
 use redis::Value;
 
 use super::keys::Keys;
-use super::mutex::text;
 use super::operator::paused_from;
 use super::record::{self, Records};
+use super::script::text;
 use super::shared::SHARED_WAITER;
 use crate::lock::{Kept, Permit, Status};
 
