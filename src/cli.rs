@@ -140,8 +140,8 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     (
         "4",
-        "break, release: held, but not by the holder or token named, or (release) by a run \
-         rather than acquire (nothing changed)",
+        "break, release: held, but not by the holder or token named, or (release) under the \
+         token with no hold of it recorded (nothing changed)",
     ),
     (
         "2",
@@ -241,7 +241,7 @@ pub enum Sub {
     ///
     /// Exits 0 when this hold was released, 74 when it was lost while held (says when and
     /// why), 3 when there is nothing to release, 4 when another token holds the lock and no
-    /// hold of this token is recorded (or a run holds it under this token), 69 when Redis
+    /// hold of this token is recorded (or it is held under this token without one), 69 when Redis
     /// cannot be reached. A release with another token never touches the lock.
     #[command(override_usage = RELEASE_USAGE)]
     Release(ReleaseArgs),

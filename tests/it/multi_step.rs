@@ -240,35 +240,52 @@ fn a_killed_keeper_lets_the_lock_expire_and_release_says_lost() {
     release(&w, &hold.token).expect_code(74);
 }
 
-/// The hold record gone (evicted, deleted) while the lock still holds the hold's token:
-/// release still releases it (exit 0) and the keeper ends; it never says "another token".
-/// Inside a run's command, REDLOCK_TOKEN is the run's: release refuses (4), the run goes on.
+/// The hold record gone (evicted, deleted) while the lock still holds the hold's token, or a
+/// run's own token (REDLOCK_TOKEN inside its command, mutex or --limit): release leaves the
+/// lock alone (4) and says it is held under this token, never "another token"; the hold is
+/// then ended by `break --holder`. (Nothing a run cannot forge tells a keeper's lock from a
+/// run's without the record: a run with --record-args can write the keeper's command text.)
 #[test]
-fn release_without_the_hold_record_still_releases_and_a_runs_token_is_refused() {
+fn release_under_the_holders_own_token_without_a_record_is_refused_truthfully() {
     let redis = RedisServer::start();
     let w = Wrapper::on(&redis, "deploy");
     let hold = acquire(&w, &["--ttl", TTL]);
     redis.cli(&["DEL", "{redlock:deploy}:holds"]);
     release(&w, &hold.token)
-        .expect_code(0)
-        .expect_stderr_contains("its hold record was missing");
-    assert!(!redis.exists("redlock:deploy"));
+        .expect_code(4)
+        .expect_stderr_contains("is held under this token, but no hold of it is recorded");
+    assert_eq!(
+        redis.get("redlock:deploy").as_deref(),
+        Some(hold.token.as_str())
+    );
+    w.clone()
+        .args(["break", "--holder", &hold.token, "--yes"])
+        .run()
+        .expect_code(0);
     wait_until(secs(30), "the keeper ends", || {
         !pid_alive(hold.keeper.pid())
     });
 
-    let dir = scratch();
-    let run = Wrapper::on(&redis, "nested")
-        .sh(&format!(
-            "{} release --redis {} --key nested; echo $? > rc",
-            wrapper_bin(),
-            redis.url()
-        ))
-        .current_dir(dir.path())
-        .run();
-    run.expect_code(0)
-        .expect_stderr_contains("is held under this token by a run");
-    assert_eq!(read_trimmed(&dir.path().join("rc")), "4");
+    for limit in ["1", "2"] {
+        let dir = scratch();
+        let run = Wrapper::on(&redis, "nested")
+            .args(["--limit", limit])
+            .sh(&format!(
+                "{} release --redis {} --key nested; echo $? > rc",
+                wrapper_bin(),
+                redis.url()
+            ))
+            .current_dir(dir.path())
+            .run();
+        run.expect_code(0)
+            .expect_stderr_contains("is held under this token, but no hold of it is recorded");
+        assert!(!run.stderr.contains("another token"), "{run}");
+        assert!(
+            !run.stderr.contains("  "),
+            "one line, no runs of spaces: {run}"
+        );
+        assert_eq!(read_trimmed(&dir.path().join("rc")), "4", "--limit {limit}");
+    }
 }
 
 /// A hold record this tool did not write (not JSON; JSON without its fields) under the

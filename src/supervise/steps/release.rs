@@ -56,7 +56,7 @@ pub async fn release(cfg: &ReleaseConfig, report: &Reporter) -> u8 {
         }
     };
     let Some(record) = record else {
-        return nothing_recorded(&lock, &name, &token, cfg, report).await;
+        return nothing_recorded(&lock, &name, &token, report).await;
     };
     match record.state {
         HoldState::Released => {
@@ -186,67 +186,26 @@ async fn release_held<L: Lock>(
     }
 }
 
-/// No hold under this token: the lock under this token with its hold record gone (a
-/// keeper's: released; a run's: refused, 4), another holder (4), or nothing at all (3).
-async fn nothing_recorded<L: Lock>(
-    lock: &L,
-    name: &str,
-    token: &Token,
-    cfg: &ReleaseConfig,
-    report: &Reporter,
-) -> u8 {
+/// No hold under this token: the lock held under this very token (a run's, or a hold whose
+/// record is gone: refused, 4), another holder (4), or nothing at all (3).
+async fn nothing_recorded<L: Lock>(lock: &L, name: &str, token: &Token, report: &Reporter) -> u8 {
+    let token = token.as_str();
     match lock.status(None).await {
-        Ok(status) if status.held && status.token.as_deref() == Some(token.as_str().as_str()) => {
-            let by = match (&status.host, status.pid) {
-                (Some(host), Some(pid)) => format!("{host} pid {pid}"),
-                _ => "an unknown holder".to_owned(),
-            };
-            let keeper = status
-                .command
-                .as_deref()
-                .is_some_and(|c| c.starts_with(crate::config::KEEPER_COMMAND));
-            if !keeper {
-                // REDLOCK_TOKEN inside a run's command: the run releases its lock when its
-                // command ends; a release now would stop that command as a lost lock.
-                report.error(
-                    "not-yours",
-                    format_args!(
-                        "{name} is held under this token by a run ({by}), not by a hold from                          acquire: the run releases it when its command ends; nothing was                          changed"
-                    ),
-                );
-                return crate::cli::EXIT_NOT_YOURS;
-            }
-            // A keeper's lock whose hold record is gone (evicted, deleted): still this
-            // token's, so released by compare-and-delete as any hold; the keeper then finds
-            // it gone at its next renewal and ends.
-            match lock
-                .release(token, Duration::ZERO, None, cfg.target.timeout)
-                .await
-            {
-                Ok(Released::Released) => {
-                    report.done(
-                        "released",
-                        format_args!(
-                            "released {name} (held by {by}; its hold record was missing, so                              the keeper ends at its next renewal)"
-                        ),
-                    );
-                    0
-                }
-                Ok(_) => {
-                    report.error(
-                        "nothing",
-                        format_args!("nothing to release: {name} changed hands meanwhile"),
-                    );
-                    crate::cli::EXIT_NOTHING
-                }
-                Err(e) => {
-                    report.error(
-                        "unavailable",
-                        format_args!("could not release {name} ({e}); run release again"),
-                    );
-                    exit::UNAVAILABLE
-                }
-            }
+        Ok(status) if status.held && holds_token(&status, &token) => {
+            // Nothing a run cannot write tells a keeper's lock from a run's here (the hold
+            // record is what would), so the lock is left alone: a run releases it when its
+            // command ends, and a hold that lost its record is ended by `break`.
+            report.error(
+                "not-yours",
+                format_args!(
+                    "{name} is held under this token, but no hold of it is recorded: the \
+                     token is a run's (REDLOCK_TOKEN inside its command: the run releases the \
+                     lock when its command ends), or the hold's record was deleted or \
+                     evicted (end that hold with: redlock-run break --key ... --holder \
+                     TOKEN); nothing was changed"
+                ),
+            );
+            crate::cli::EXIT_NOT_YOURS
         }
         Ok(status) if status.held => {
             let by = match (&status.host, status.pid) {
@@ -277,6 +236,16 @@ async fn nothing_recorded<L: Lock>(
             exit::UNAVAILABLE
         }
     }
+}
+
+/// Whether `token` holds the lock: as the mutex's holder, a permit or a share.
+fn holds_token(status: &lock::Status, token: &str) -> bool {
+    status.token.as_deref() == Some(token)
+        || status
+            .permits
+            .iter()
+            .chain(&status.shared)
+            .any(|p| p.token == token)
 }
 
 fn lost_line(name: &str, r: &HoldRecord) -> String {
