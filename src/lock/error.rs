@@ -57,7 +57,11 @@ impl RedisFailure {
         // Redis refuses large commands from an unauthenticated client with a protocol error
         // before it gets to say NOAUTH. A client that was given a password logs in on
         // connecting, or fails there (AuthenticationFailed): NOAUTH means none was given.
-        let unauthenticated = err.detail().is_some_and(|d| d.contains("unauthenticated"));
+        // The SELECT of a URL's database (`/99`) is refused as `ERR Authentication
+        // required.` on some servers.
+        let unauthenticated = err.detail().is_some_and(|d| {
+            d.contains("unauthenticated") || d.starts_with("Authentication required")
+        }) || err.to_string().contains("Authentication required");
         let kind = if code == "NOAUTH" || unauthenticated {
             FailureKind::NoPassword
         } else if err.kind() == redis::ErrorKind::AuthenticationFailed || code == "WRONGPASS" {

@@ -348,6 +348,20 @@ fn password_file_applies_to_every_node() {
     wrong.expect_code(69);
     wrong.expect_stderr_contains("refused authentication");
     assert!(!wrong.stderr.contains("Yv6"), "password shown\n{wrong}");
+    // A lone name before '@' (redis-cli would read it as a password) is never shown: not in
+    // the seeds' messages, not in the nodes'.
+    for args in [
+        &["status", "--key", "k"][..],
+        &["--key", "k", "--", "true"][..],
+    ] {
+        let lone = Wrapper::new()
+            .args(["--redis", &cluster.url().replace("://", "://Lp4Kd9Zr@")])
+            .args(args)
+            .run();
+        lone.expect_code(69);
+        lone.expect_stderr_contains("a user name and no password");
+        assert!(!lone.stderr.contains("Lp4Kd9Zr"), "name shown\n{lone}");
+    }
 }
 
 /// `rediss+cluster://` with `--tls-ca-cert`: the seeds and the master of the slot are all

@@ -534,3 +534,22 @@ fn a_foreign_key_where_the_lock_keeps_its_own_is_named_not_taken_for_a_limit_mis
         }
     }
 }
+
+/// A URL with a database number (`/9`, selected on connecting) and no password: the same
+/// missing-password line, not the server's raw refusal of the SELECT.
+#[test]
+fn a_missing_password_with_a_database_in_the_url_is_named() {
+    let redis = RedisServer::start_with(&["--requirepass", "secret"]);
+    for url in [
+        format!("redis://127.0.0.1:{}/9", redis.port()),
+        format!("redis://Nm3Qx@127.0.0.1:{}/99", redis.port()),
+    ] {
+        let out = Wrapper::new()
+            .args(["--redis", &url, "status", "--key", "k"])
+            .run();
+        out.expect_code(69);
+        let line = out.expect_one_line();
+        assert!(line.contains("requires a password"), "{url}: {line}");
+        assert!(!line.contains("Nm3Qx"), "{line}");
+    }
+}

@@ -40,6 +40,18 @@ fn bad_input_exits_2_with_one_line_without_running_or_touching_redis() {
             vec!["--redis", &url, "--key", "a\u{202E}b"],
         ),
         (
+            "tag character in the key",
+            vec!["--redis", &url, "--key", "a\u{E0041}b"],
+        ),
+        (
+            "variation selector in the key",
+            vec!["--redis", &url, "--key", "a\u{FE0F}b"],
+        ),
+        (
+            "Hangul filler in the key",
+            vec!["--redis", &url, "--key", "a\u{3164}b"],
+        ),
+        (
             "heartbeat > ttl",
             vec![
                 "--redis",

@@ -304,11 +304,15 @@ impl Cluster {
         } else {
             host
         };
-        // The user name as in the URL given, so that a message about the login shows it.
-        let user = template
-            .redis_settings()
-            .username()
-            .map_or_else(String::new, |u| format!("{u}@"));
+        // The user part as `redact` shows the URL given: a user with a password as
+        // `user:***@`, a lone name hidden whole (other clients read it as a password).
+        let settings = template.redis_settings();
+        let user = match (settings.username(), settings.password()) {
+            (Some(u), Some(_)) => format!("{u}:***@"),
+            (Some(_), None) => "***@".to_owned(),
+            (None, Some(_)) => ":***@".to_owned(),
+            (None, None) => String::new(),
+        };
         let shown = format!(
             "{}://{user}{host}:{port}",
             if tls { "rediss" } else { "redis" }
