@@ -168,18 +168,22 @@ pub const CHILD_ENV: &[(&str, &str)] = &[
     ),
 ];
 
+/// Built on every run (clap's derive evaluates it with the command), though only `--help`
+/// shows it: written into one buffer sized once, not through a `format!` per line.
 fn after_long_help() -> String {
-    let mut out = String::from("Examples:\n");
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(4096);
+    out.push_str("Examples:\n");
     for (comment, command) in EXAMPLES {
-        out.push_str(&format!("  # {comment}\n  {command}\n\n"));
+        let _ = write!(out, "  # {comment}\n  {command}\n\n");
     }
     out.push_str("Exit codes:\n");
     for (code, meaning) in EXIT_CODES {
-        out.push_str(&format!("  {code:<13} {meaning}\n"));
+        let _ = writeln!(out, "  {code:<13} {meaning}");
     }
     out.push_str("\nThe command's environment also has:\n");
     for (name, meaning) in CHILD_ENV {
-        out.push_str(&format!("  {name:<15} {meaning}\n"));
+        let _ = writeln!(out, "  {name:<15} {meaning}");
     }
     out
 }
