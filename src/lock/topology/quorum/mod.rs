@@ -131,6 +131,12 @@ impl Lock for Quorum {
             let raised = self.write_back(token, fence, &votes, bound).await;
             let valid = lease::deadline(counted_from, ttl).is_some_and(|d| Stamp::now() < d);
             if raised >= self.quorum && valid {
+                if votes
+                    .iter()
+                    .any(|v| !matches!(v, Vote::Granted(_)) && v.may_hold_write())
+                {
+                    self.cancel_strays(token, &votes, take_back()).await;
+                }
                 return Ok(Attempt::Granted(Grant {
                     token: token.clone(),
                     fence,

@@ -136,6 +136,31 @@ impl Quorum {
         .await;
     }
 
+    /// After a grant: a node whose acquire went unanswered (frozen, slow, a lost reply) may
+    /// still take it later, after the release has come and gone there, and hold a stale key
+    /// for a whole ttl. Its token is cancelled there now (apart from the connection that
+    /// carries the acquire, so it arrives first), as a take-back does: the late acquire finds
+    /// it cancelled. The quorum that granted is not touched.
+    pub(super) async fn cancel_strays(&self, token: &Token, votes: &[Vote], each: Duration) {
+        let cancel_call = self.mutex.cancel_quietly(&token.as_str());
+        join_all(self.nodes.iter().zip(votes).map(|(node, vote)| {
+            let cancel_call = &cancel_call;
+            async move {
+                match vote {
+                    Vote::Granted(_) => {}
+                    Vote::Unanswered => {
+                        let _ = node.eval_apart(cancel_call, "release", each).await;
+                    }
+                    v if v.may_hold_write() => {
+                        let _ = node.eval(cancel_call, "release", each).await;
+                    }
+                    _ => {}
+                }
+            }
+        }))
+        .await;
+    }
+
     /// Who holds the lock on the most nodes that said busy.
     pub(super) fn majority_holder(votes: &[Vote]) -> Holder {
         let busy: Vec<&Holder> = votes
