@@ -165,12 +165,7 @@ impl Quorum {
         // Every node, as the lock itself: a record is where the lock was, and a majority of
         // answers decides (two majorities share a node).
         let call = hold::call(self.mutex.keys(), &token.as_str(), change);
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| node.script(&call, None, "the hold record", within)),
-        )
-        .await;
+        let replies = self.on_every_node(&call, "the hold record", within).await;
         let (mut records, mut answered, mut failures) = (Vec::new(), 0, Vec::new());
         for (node, reply) in self.nodes.iter().zip(replies) {
             match reply.map(|r| r.value) {
@@ -222,12 +217,7 @@ impl Quorum {
         within: Duration,
     ) -> Result<BreakOutcome, RedisFailure> {
         let call = operator::break_holder(self.mutex.keys(), token, by);
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| node.script(&call, None, "break", within)),
-        )
-        .await;
+        let replies = self.on_every_node(&call, "break", within).await;
         let (mut broke, mut other, mut fence, mut failures) = (0, 0, u64::MAX, Vec::new());
         for (node, reply) in self.nodes.iter().zip(replies) {
             match reply.map(|r| (operator::parse_break(&r.value), r.value)) {
@@ -265,12 +255,7 @@ impl Quorum {
         within: Duration,
     ) -> Result<u64, RedisFailure> {
         let call = operator::pause(self.mutex.keys(), reason, by, length);
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| node.script(&call, None, "pause", within)),
-        )
-        .await;
+        let replies = self.on_every_node(&call, "pause", within).await;
         let (mut paused, mut until, mut failures) = (0, 0, Vec::new());
         for (node, reply) in self.nodes.iter().zip(replies) {
             match reply.map(|r| (operator::parse_pause(&r.value), r.value)) {
@@ -294,12 +279,7 @@ impl Quorum {
     /// keep a quorum from granting.
     pub(super) async fn resume(&self, within: Duration) -> Result<bool, RedisFailure> {
         let call = operator::resume(self.mutex.keys());
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| node.script(&call, None, "resume", within)),
-        )
-        .await;
+        let replies = self.on_every_node(&call, "resume", within).await;
         let (mut ended, mut failures) = (false, Vec::new());
         for (node, reply) in self.nodes.iter().zip(replies) {
             match reply.map(|r| (operator::parse_resume(&r.value), r.value)) {
@@ -319,12 +299,7 @@ impl Quorum {
     pub(super) async fn forget(&self, within: Duration) -> Result<u64, RedisFailure> {
         // Every node: a record left on one would come back as the newest (record::newest).
         let call = record::forget(self.mutex.keys());
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| node.script(&call, None, "forget", within)),
-        )
-        .await;
+        let replies = self.on_every_node(&call, "forget", within).await;
         let (mut most, mut failures) = (0, Vec::new());
         for (node, reply) in self.nodes.iter().zip(replies) {
             match reply.map(|r| r.value) {

@@ -72,6 +72,7 @@ use crate::lock::{
 };
 use nodes::{STRAGGLERS, unexpected};
 use tally::{ReleaseTally, Vote};
+use votes::OnGranted;
 
 impl Lock for Quorum {
     fn name(&self) -> &str {
@@ -135,7 +136,7 @@ impl Lock for Quorum {
                     .iter()
                     .any(|v| !matches!(v, Vote::Granted(_)) && v.may_hold_write())
                 {
-                    self.cancel_strays(token, &votes, take_back()).await;
+                    self.undo(token, &votes, OnGranted::Keep, take_back()).await;
                 }
                 return Ok(Attempt::Granted(Grant {
                     token: token.clone(),
@@ -169,7 +170,11 @@ impl Lock for Quorum {
             // attempt got is given back first, and a vote not awaited is cancelled.
             // The votes not awaited are read meanwhile (each within its bound): one dropped
             // half-way would drop its node's connection.
-            future::join(self.undo(token, &votes, false, take_back()), under_way).await;
+            future::join(
+                self.undo(token, &votes, OnGranted::Release, take_back()),
+                under_way,
+            )
+            .await;
             return Ok(Attempt::Busy(Self::majority_holder(&votes)));
         } else {
             let wrote = votes.iter().any(Vote::may_hold_write);
@@ -177,7 +182,8 @@ impl Lock for Quorum {
         };
         // Every vote was awaited (only a busy attempt leaves some).
         drop(under_way);
-        self.undo(token, &votes, true, take_back()).await;
+        self.undo(token, &votes, OnGranted::Cancel, take_back())
+            .await;
         Err(failure)
     }
 
@@ -193,12 +199,7 @@ impl Lock for Quorum {
         let within = within.min((ttl / 4).max(Duration::from_millis(50)));
         let counted_from = Stamp::now();
         let call = self.mutex.renew(&token.as_str(), ttl);
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| node.script(&call, None, "the renewal", within)),
-        )
-        .await;
+        let replies = self.on_every_node(&call, "the renewal", within).await;
         let (mut renewed, mut lost, mut failures) = (0, 0, Vec::new());
         let mut broken = None;
         let mut nodes = Confirmed::default();

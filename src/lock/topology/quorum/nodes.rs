@@ -3,11 +3,13 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
+use crate::lock::protocol::ScriptCall;
 use crate::lock::protocol::mutex::Mutex;
 use crate::lock::target::{QuorumNodes, Target};
-use crate::lock::topology::server::Server;
+use crate::lock::topology::server::{ScriptReply, Server};
 use crate::lock::topology::shared::named;
 use crate::lock::{FailureKind, RedisFailure};
 
@@ -112,6 +114,21 @@ impl Quorum {
 
     pub(super) fn n(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// `call` on every node at once, each within `within`; the replies in the nodes' order.
+    pub(super) async fn on_every_node(
+        &self,
+        call: &ScriptCall,
+        what: &str,
+        within: Duration,
+    ) -> Vec<Result<ScriptReply, RedisFailure>> {
+        join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.script(call, None, what, within)),
+        )
+        .await
     }
 
     /// A quorum not reached: `got` nodes did `what`. The kind is the nodes' own when they

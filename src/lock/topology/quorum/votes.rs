@@ -15,6 +15,17 @@ use crate::lock::{Holder, Token};
 use super::nodes::{Quorum, STRAGGLERS, unexpected};
 use super::tally::{Vote, busy_settled};
 
+/// What [`Quorum::undo`] does where the attempt was granted.
+#[derive(Clone, Copy)]
+pub(super) enum OnGranted {
+    /// The attempt ends busy: released (the reply is in hand).
+    Release,
+    /// The attempt failed: cancelled.
+    Cancel,
+    /// The attempt was granted: the quorum keeps it.
+    Keep,
+}
+
 impl Quorum {
     pub(super) async fn vote(&self, node: &Server, call: &ScriptCall, bound: Duration) -> Vote {
         match node.script(call, None, "acquire", bound).await {
@@ -100,13 +111,22 @@ impl Quorum {
         raised.into_iter().filter(|r| *r).count()
     }
 
-    /// Take back every write this attempt may have left. Where a node granted and the
-    /// attempt ends busy, a compare-and-delete release does (the reply is in hand, nothing is
-    /// under way); everywhere else, and always when `cancel`, the cancel script, so that a
-    /// request still on its way cannot land later. Each node's take-back is sent, and awaited
-    /// at most `each` (a frozen node must not hold up the answer): what does not land expires
-    /// within the ttl, and a late acquire behind a cancel that did land is refused.
-    pub(super) async fn undo(&self, token: &Token, votes: &[Vote], cancel: bool, each: Duration) {
+    /// Take back the writes this attempt may have left. Where a node granted, `granted`
+    /// says what: a compare-and-delete release when the attempt ends busy (the reply is in
+    /// hand, nothing is under way), the cancel script when it failed, nothing after a grant
+    /// (the quorum holds the lock). Everywhere else the cancel script, so that a request
+    /// still on its way cannot land later: after a grant too, or an unanswered node could
+    /// take the lock after the run's release had come and gone there and keep a stale key
+    /// for a whole ttl. Each node's take-back is sent, and awaited at most `each` (a frozen
+    /// node must not hold up the answer): what does not land expires within the ttl, and a
+    /// late acquire behind a cancel that did land is refused.
+    pub(super) async fn undo(
+        &self,
+        token: &Token,
+        votes: &[Vote],
+        granted: OnGranted,
+        each: Duration,
+    ) {
         // Quietly: the lock was never free on a quorum, and an announcement would wake this
         // very run (subscribed on every node) into another attempt at once, and again.
         let release = self.mutex.release_quietly(&token.as_str());
@@ -117,44 +137,20 @@ impl Quorum {
                 if !vote.may_hold_write() {
                     return;
                 }
-                match vote {
-                    Vote::Granted(_) if !cancel => {
+                match (vote, granted) {
+                    (Vote::Granted(_), OnGranted::Keep) => {}
+                    (Vote::Granted(_), OnGranted::Release) => {
                         let _ = node.script(release, None, "release", each).await;
                     }
                     // Its acquire is still on the connection in use (a busy attempt did not
                     // wait for it): the cancel goes apart, so that it can arrive first and
                     // the acquire, should it still land, finds its token cancelled.
-                    Vote::Unanswered => {
+                    (Vote::Unanswered, _) => {
                         let _ = node.eval_apart(cancel_call, "release", each).await;
                     }
                     _ => {
                         let _ = node.eval(cancel_call, "release", each).await;
                     }
-                }
-            }
-        }))
-        .await;
-    }
-
-    /// After a grant: a node whose acquire went unanswered (frozen, slow, a lost reply) may
-    /// still take it later, after the release has come and gone there, and hold a stale key
-    /// for a whole ttl. Its token is cancelled there now (apart from the connection that
-    /// carries the acquire, so it arrives first), as a take-back does: the late acquire finds
-    /// it cancelled. The quorum that granted is not touched.
-    pub(super) async fn cancel_strays(&self, token: &Token, votes: &[Vote], each: Duration) {
-        let cancel_call = self.mutex.cancel_quietly(&token.as_str());
-        join_all(self.nodes.iter().zip(votes).map(|(node, vote)| {
-            let cancel_call = &cancel_call;
-            async move {
-                match vote {
-                    Vote::Granted(_) => {}
-                    Vote::Unanswered => {
-                        let _ = node.eval_apart(cancel_call, "release", each).await;
-                    }
-                    v if v.may_hold_write() => {
-                        let _ = node.eval(cancel_call, "release", each).await;
-                    }
-                    _ => {}
                 }
             }
         }))
