@@ -84,33 +84,25 @@ fn take_run_options_before_acquire(cli: &mut Cli, matches: &ArgMatches) {
             && sub.value_source(id) != Some(ValueSource::CommandLine)
     };
     let run = &cli.run;
-    if before("ttl") {
-        acquire.ttl = run.ttl;
+    // Each field by its name, which is also its clap id.
+    macro_rules! take {
+        ($($field:ident),*) => {$(
+            if before(stringify!($field)) {
+                acquire.$field.clone_from(&run.$field);
+            }
+        )*};
     }
-    if before("heartbeat") {
-        acquire.heartbeat = run.heartbeat;
-    }
-    if before("grace") {
-        acquire.grace = run.grace;
-    }
-    if before("wait") {
-        acquire.wait = run.wait;
-    }
-    if before("limit") {
-        acquire.limit = run.limit;
-    }
-    if before("conflict_exit_code") {
-        acquire.conflict_exit_code = run.conflict_exit_code;
-    }
-    if before("min_replicas") {
-        acquire.min_replicas = run.min_replicas;
-    }
-    if before("replica_timeout") {
-        acquire.replica_timeout = run.replica_timeout;
-    }
-    if before("note") {
-        acquire.note.clone_from(&run.note);
-    }
+    take!(
+        ttl,
+        heartbeat,
+        grace,
+        wait,
+        limit,
+        conflict_exit_code,
+        min_replicas,
+        replica_timeout,
+        note
+    );
 }
 
 /// A default of the file that makes sense only with another option, where that option is
