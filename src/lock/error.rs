@@ -59,9 +59,8 @@ impl RedisFailure {
         // connecting, or fails there (AuthenticationFailed): NOAUTH means none was given.
         // The SELECT of a URL's database (`/99`) is refused as `ERR Authentication
         // required.` on some servers.
-        let unauthenticated = err.detail().is_some_and(|d| {
-            d.contains("unauthenticated") || d.starts_with("Authentication required")
-        }) || err.to_string().contains("Authentication required");
+        let unauthenticated = err.detail().is_some_and(|d| d.contains("unauthenticated"))
+            || err.to_string().contains("Authentication required");
         let kind = if code == "NOAUTH" || unauthenticated {
             FailureKind::NoPassword
         } else if err.kind() == redis::ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
