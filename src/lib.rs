@@ -328,8 +328,10 @@ fn failed_in(err: &clap::Error) -> Option<String> {
     let Some(ContextValue::StyledStr(usage)) = err.get(ContextKind::Usage) else {
         // clap gives no usage with some errors (a value missing: `list --name-prefix`): the
         // first word of the command line, before a run's command, that names a subcommand.
-        return std::env::args()
+        return supervise::arguments()
+            .into_iter()
             .skip(1)
+            .filter_map(|a| a.into_string().ok())
             .take_while(|a| a != "--" && a != "-c")
             .find_map(|a| cmd.find_subcommand(&a).map(|c| c.get_name().to_owned()));
     };
