@@ -63,21 +63,12 @@ impl PingUrl {
     }
 
     /// The request target for `suffix` (`""`, `/start`, `/3`, `/log`) with the run id.
+    /// A URL without a path pings `/` (a request target must start with one).
     pub fn target(&self, suffix: &str, rid: &str) -> String {
         let sep = if self.query.is_empty() { "" } else { "&" };
-        format!(
-            "{}{suffix}?{}{sep}rid={rid}",
-            self.path_or_root(),
-            self.query
-        )
-    }
-
-    fn path_or_root(&self) -> &str {
-        if self.path.is_empty() && !self.query.is_empty() {
-            ""
-        } else {
-            &self.path
-        }
+        let path = format!("{}{suffix}", self.path);
+        let path = if path.is_empty() { "/" } else { &path };
+        format!("{path}?{}{sep}rid={rid}", self.query)
     }
 
     /// For messages: the monitor's address without the path, which holds the check's secret
@@ -126,7 +117,8 @@ fn split_host_port(authority: &str, scheme: Scheme) -> Result<(String, u16), Str
             .parse::<u16>()
             .ok()
             .filter(|p| *p > 0)
-            .ok_or_else(|| format!("bad port {p:?}"))?,
+            // Not echoed: a typo there may run into the path, the check's secret.
+            .ok_or("bad port (give a number from 1 to 65535)")?,
     };
     Ok((host.to_owned(), port))
 }
@@ -148,6 +140,15 @@ mod tests {
         assert_eq!((q.host.as_str(), q.port), ("::1", 8000));
         assert_eq!(q.target("/3", "R"), "/ping/key/slug/3?create=1&rid=R");
         assert_eq!(q.shown(), "http://[::1]:8000/...");
+        // No path: the target starts with '/', with or without a query.
+        let bare = PingUrl::parse("http://h:1").unwrap();
+        assert_eq!(bare.target("", "R"), "/?rid=R");
+        assert_eq!(bare.target("/start", "R"), "/start?rid=R");
+        let bare_q = PingUrl::parse("http://h:1?x").unwrap();
+        assert_eq!(bare_q.target("", "R"), "/?x&rid=R");
+        // A bad port is not echoed (it may run into the path).
+        let err = PingUrl::parse("http://h:25100\\SECRETM").unwrap_err();
+        assert!(!err.contains("SECRETM"), "{err}");
         for bad in [
             "ftp://x",
             "http://",
