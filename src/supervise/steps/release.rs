@@ -201,8 +201,8 @@ async fn nothing_recorded<L: Lock>(lock: &L, name: &str, token: &Token, report: 
                     "{name} is held under this token, but no hold of it is recorded: the \
                      token is a run's (REDLOCK_TOKEN inside its command: the run releases the \
                      lock when its command ends), or the hold's record was deleted or \
-                     evicted (end that hold with: redlock-run break --key ... --holder \
-                     TOKEN); nothing was changed"
+                     evicted (end that hold with: redlock-run break --key <lock name> \
+                     --holder <its token>); nothing was changed"
                 ),
             );
             crate::cli::EXIT_NOT_YOURS
